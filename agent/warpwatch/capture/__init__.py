@@ -1,0 +1,64 @@
+"""Capture: where windows come from.
+
+A *source* turns "open a window now" into zero or more finished trace files. The service
+calls `Source.capture()` once per scheduled window (never concurrently), analyses every
+`CapturedWindow` it returns, and calls `CapturedWindow.done()` afterwards so the source can
+delete or forget the file. Sources never analyse and never touch Prometheus.
+
+To add a source: implement the `Source` protocol in a module of this package and register
+its spec prefix in `warpwatch.capture.registry.build_source`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+Outcome = Literal["ok", "empty", "failed", "timed_out"]
+
+
+@dataclass(frozen=True)
+class CapturedWindow:
+    """One trace produced for one window, or the reason none came.
+
+    `path` is None when the window failed before a file existed; `error` then says why and
+    `outcome` is "failed" or "timed_out". `requested` is the capture interval the source asked
+    for, as Unix epoch microseconds, used when the trace has no `Trace` span event.
+    `labels` carries `process`/`rank` and similar identities of the traced process.
+    """
+
+    source: str
+    path: Path | None
+    labels: dict[str, str] = field(default_factory=dict)
+    requested: tuple[float, float] | None = None
+    error: str | None = None
+    outcome: Outcome | None = None
+    on_done: Callable[[bool], None] | None = None
+    """Called with True when the window was analysed (any outcome), so the source may delete it."""
+
+    def done(self, processed: bool = True) -> None:
+        if self.on_done is not None:
+            self.on_done(processed)
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Where windows come from. One instance per `--source` spec."""
+
+    name: str
+    """The spec as the user wrote it (used in logs and metrics)."""
+
+    def start(self) -> None:
+        """Acquire resources (bind sockets, check folders). Raise CaptureError to refuse."""
+
+    def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        """Open one window of `window_s` seconds and return what it produced.
+
+        Blocks at most about `window_s + timeout_s`. Returns [] when nothing is there yet.
+        Must not raise for expected failures: return a CapturedWindow with `error` set.
+        """
+
+    def close(self) -> None:
+        """Release everything; called once at shutdown, possibly from another thread."""

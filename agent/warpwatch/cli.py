@@ -1,0 +1,46 @@
+"""Command line: flags and environment in, one config out, then hand over. Only this module exits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import WarpwatchError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="warpwatch",
+        description="Per-kernel GPU occupancy from PyTorch profiler traces, corrected for profiler artefacts.",
+    )
+    parser.add_argument("--version", action="version", version=f"warpwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from . import report
+
+    report.register(sub)
+    for module in ("warpwatch.service", "warpwatch.dashboards"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ImportError:
+            continue
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except WarpwatchError as exc:
+        print(f"warpwatch: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The one definition of every exported metric: name, type, help, labels.
+
+The exporter, the dashboards, the alert rules and the docs all read this table;
+nothing else spells a metric name. Names follow the spec (shared/spec/metrics.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter", "histogram", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+
+    @property
+    def series(self) -> str:
+        """The name a PromQL query uses (counters gain `_total` only in their name here)."""
+        return self.name
+
+
+GPU = ("gpu",)
+KERNEL = ("gpu", "kernel")
+
+KERNEL_WARPS_PER_SM = MetricDef(
+    "warpwatch_kernel_warps_per_sm", "gauge",
+    "Launched warps per SM (B*ceil(T/warpSize)/numSMs), duration-weighted mean over the last window, "
+    "sampling-corrected. What the profiler's 'warps per SM' means, computed right.", KERNEL)
+KERNEL_RESIDENT_WARPS_PER_SM = MetricDef(
+    "warpwatch_kernel_resident_warps_per_sm", "gauge",
+    "Average warps resident on an SM while the kernel runs (waves and tail accounted), "
+    "duration-weighted mean over the last window.", KERNEL)
+KERNEL_THEORETICAL_OCCUPANCY = MetricDef(
+    "warpwatch_kernel_theoretical_occupancy_ratio", "gauge",
+    "Theoretical occupancy (CUDA occupancy calculator, opt-in shared memory), 0..1, "
+    "duration-weighted mean over the last window.", KERNEL)
+KERNEL_ESTIMATED_OCCUPANCY = MetricDef(
+    "warpwatch_kernel_estimated_occupancy_ratio", "gauge",
+    "Estimated achieved occupancy: resident warps per SM / max warps per SM, 0..1, "
+    "duration-weighted mean over the last window.", KERNEL)
+KERNEL_WAVES_PER_SM = MetricDef(
+    "warpwatch_kernel_waves_per_sm", "gauge",
+    "Waves per SM: blocks / (max active blocks per SM * SMs), duration-weighted mean over the last window.",
+    KERNEL)
+KERNEL_TIME_SHARE = MetricDef(
+    "warpwatch_kernel_time_share_ratio", "gauge",
+    "Share of the last window's wall time spent in this kernel (sampling-corrected; streams add up).",
+    KERNEL)
+KERNEL_LAUNCH_RATE = MetricDef(
+    "warpwatch_kernel_launches_per_second", "gauge",
+    "Kernel launches per second in the last window (sampling-corrected).", KERNEL)
+KERNEL_REPORTED_WARPS_MIN = MetricDef(
+    "warpwatch_kernel_reported_warps_per_sm_min", "gauge",
+    "The profiler's own 'warps per SM' as written in the trace (uncorrected), minimum over the last "
+    "window's launches; negative values are profiler artefacts.", KERNEL)
+KERNEL_LAUNCHES_OBSERVED = MetricDef(
+    "warpwatch_kernel_launches_observed", "counter",
+    "Kernel launches captured in traces (raw count, not corrected), over all windows.", KERNEL)
+PROFILER_ARTIFACTS = MetricDef(
+    "warpwatch_profiler_artifacts", "counter",
+    "Launches whose profiler-reported values are wrong, by kind of artefact, over all windows.",
+    ("gpu", "kernel", "artifact"))
+GPU_RESIDENT_WARPS_PER_SM = MetricDef(
+    "warpwatch_gpu_resident_warps_per_sm", "gauge",
+    "Time-averaged resident warps per SM over the last window, all kernels (capped at the SM maximum).",
+    GPU)
+GPU_ESTIMATED_OCCUPANCY = MetricDef(
+    "warpwatch_gpu_estimated_occupancy_ratio", "gauge",
+    "Time-averaged estimated occupancy of the GPU over the last window, 0..1.", GPU)
+GPU_BUSY = MetricDef(
+    "warpwatch_gpu_busy_ratio", "gauge",
+    "Share of the last window with at least one kernel running (sampling-corrected), 0..1.", GPU)
+GPU_INFO = MetricDef(
+    "warpwatch_gpu_info", "gauge",
+    "Device seen in the last window's trace or by NVML; value 1.",
+    ("gpu", "name", "compute_capability", "sms"))
+WINDOWS = MetricDef(
+    "warpwatch_windows", "counter",
+    "Capture windows by outcome (ok, empty, failed, timed_out).", ("outcome",))
+WINDOW_PROCESSING = MetricDef(
+    "warpwatch_window_processing_seconds", "histogram",
+    "Time to read and analyse one window's trace.", unit="seconds")
+LAST_WINDOW_TIMESTAMP = MetricDef(
+    "warpwatch_last_window_timestamp_seconds", "gauge",
+    "Unix time at which the last window finished processing (any outcome).", unit="seconds")
+CAPTURE_DUTY = MetricDef(
+    "warpwatch_capture_duty_ratio", "gauge",
+    "Configured capture time / wall time (window / period).")
+KERNELS_FOLDED = MetricDef(
+    "warpwatch_kernels_folded", "counter",
+    "Kernels folded into kernel=\"other\" because they fell outside the top-K by GPU time.", GPU)
+NVML_SM_OCCUPANCY = MetricDef(
+    "warpwatch_nvml_sm_occupancy_ratio", "gauge",
+    "NVML GPM SM occupancy (warps active / theoretical maximum) over the last window, Hopper and newer.",
+    GPU)
+NVML_GPU_UTILIZATION = MetricDef(
+    "warpwatch_nvml_gpu_utilization_ratio", "gauge",
+    "NVML GPU utilisation (share of time a kernel was running) at the last window, 0..1.", GPU)
+NVML_UP = MetricDef(
+    "warpwatch_nvml_up", "gauge", "1 when NVML is available and answered at the last sample, else 0.")
+BUILD_INFO = MetricDef(
+    "warpwatch_build_info", "gauge", "warpwatch build; value 1.", ("version",))
+
+ALL: tuple[MetricDef, ...] = (
+    KERNEL_WARPS_PER_SM, KERNEL_RESIDENT_WARPS_PER_SM, KERNEL_THEORETICAL_OCCUPANCY,
+    KERNEL_ESTIMATED_OCCUPANCY, KERNEL_WAVES_PER_SM, KERNEL_TIME_SHARE, KERNEL_LAUNCH_RATE,
+    KERNEL_REPORTED_WARPS_MIN, KERNEL_LAUNCHES_OBSERVED, PROFILER_ARTIFACTS,
+    GPU_RESIDENT_WARPS_PER_SM, GPU_ESTIMATED_OCCUPANCY, GPU_BUSY, GPU_INFO,
+    WINDOWS, WINDOW_PROCESSING, LAST_WINDOW_TIMESTAMP, CAPTURE_DUTY, KERNELS_FOLDED,
+    NVML_SM_OCCUPANCY, NVML_GPU_UTILIZATION, NVML_UP, BUILD_INFO,
+)
+
+
+def exposed_name(m: MetricDef) -> str:
+    """The sample name as scraped: counters carry `_total`."""
+    return m.name + "_total" if m.type == "counter" else m.name

@@ -1,0 +1,179 @@
+"""Typed data passed between the pipeline stages.
+
+Everything here is immutable: a window's analysis is built once and then only read
+(by the exporter's snapshot, by the CLI report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ARTIFACT_KINDS: tuple[str, ...] = (
+    "negative_warps_per_sm",
+    "non_finite",
+    "grid_overflow",
+    "sm_count_invalid",
+    "occupancy_sentinel",
+    "occupancy_smem_optin",
+    "unrounded_warps",
+    "missing_launch_config",
+)
+"""Every way the profiler's reported values can be wrong for one launch (spec: `artifacts`)."""
+
+LIMITING_FACTORS: tuple[str, ...] = ("warps", "registers", "shared_memory", "blocks", "barriers")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProperties:
+    """One entry of a trace's `deviceProperties` (or of `--gpu-properties`).
+
+    Optional fields are absent from some trace formats (ROCm, older Kineto); the
+    occupancy calculator needs them and reports "unknown" without them.
+    """
+
+    id: int
+    name: str
+    compute_major: int
+    compute_minor: int
+    num_sms: int
+    warp_size: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    regs_per_block: int | None = None
+    regs_per_sm: int | None = None
+    shared_mem_per_block: int | None = None
+    shared_mem_per_sm: int | None = None
+    shared_mem_per_block_optin: int | None = None
+    vendor: Literal["nvidia", "amd"] = "nvidia"
+
+    @property
+    def compute_capability(self) -> str:
+        return f"{self.compute_major}.{self.compute_minor}"
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        """M: resident warp slots per SM."""
+        return self.max_threads_per_sm // self.warp_size
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLaunch:
+    """One kernel event of a trace, as written (nothing corrected yet).
+
+    `ts`/`dur` are microseconds as written in the trace. `grid`/`block` are None when the
+    trace carries no launch configuration (CUDA graphs, ROCm). `reported_*` keep the raw
+    value (float, string such as "inf", or None when absent).
+    """
+
+    name: str
+    device: int
+    ts: float
+    dur: float
+    stream: int | str | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    registers_per_thread: int | None
+    shared_memory: int | None
+    reported_warps_per_sm: float | str | None
+    reported_blocks_per_sm: float | str | None
+    reported_occupancy_pct: float | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWindow:
+    """The capture interval [t0, t1] of one trace, in the trace's microseconds."""
+
+    t0: float
+    t1: float
+    bounds: Literal["trace_span", "requested", "estimated", "none"]
+    clipped: bool = False
+    """True when the producer keeps and clips straddling activities instead of dropping them."""
+
+    @property
+    def duration(self) -> float:
+        return self.t1 - self.t0
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """What the analysis needs from one trace file."""
+
+    path: str
+    devices: dict[int, DeviceProperties]
+    launches: tuple[KernelLaunch, ...]
+    span: TraceWindow | None
+    """The `Trace` span event (`PyTorch Profiler (N)`), when present."""
+    gpu_extent: tuple[float, float] | None
+    """First start and last end over all GPU events (kernel, memcpy, memset)."""
+    rank: int | None = None
+    world_size: int | None = None
+    schema_version: int | None = None
+    base_time_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchMetrics:
+    """Every per-launch field of the spec. None means unknown, never zero."""
+
+    launch: KernelLaunch
+    warps_per_block: int | None
+    warps_per_sm: float | None
+    reported_warps_per_sm: float | str | None
+    max_active_blocks_per_sm: int | None
+    limiting_factors: tuple[str, ...] | None
+    theoretical_occupancy: float | None
+    waves_per_sm: float | None
+    resident_warps_per_sm: float | None
+    estimated_occupancy: float | None
+    artifacts: tuple[str, ...]
+    weight: float | None
+    """Sampling-window weight h = W / (W - d); None when the launch cannot be weighted."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStats:
+    """Per (device, kernel) statistics of one window, sampling-corrected (spec)."""
+
+    device: int
+    name: str
+    samples: int
+    launches: float
+    launch_rate: float | None
+    gpu_time: float
+    time_share: float | None
+    warps_per_sm: float | None
+    resident_warps_per_sm: float | None
+    theoretical_occupancy: float | None
+    estimated_occupancy: float | None
+    waves_per_sm: float | None
+    reported_warps_per_sm_min: float | None
+    main_limiter: str | None
+    artifacts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceStats:
+    """Per device statistics of one window (spec)."""
+
+    device: int
+    properties: DeviceProperties | None
+    resident_warps_per_sm: float | None
+    estimated_occupancy: float | None
+    busy_ratio: float | None
+    samples: int
+    low_confidence: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAnalysis:
+    """The full result of analysing one trace as one capture window."""
+
+    path: str
+    window: TraceWindow
+    devices: tuple[DeviceStats, ...]
+    kernels: tuple[KernelStats, ...]
+    """Sorted by GPU time, descending."""
+    launch_count: int
+    artifacts: dict[str, int]
+    rank: int | None = None
