@@ -21,6 +21,44 @@ ARTIFACT_KINDS: tuple[str, ...] = (
 )
 """Every way the profiler's reported values can be wrong for one launch (spec: `artifacts`)."""
 
+ARTIFACT_EXPLANATIONS: dict[str, str] = {
+    "negative_warps_per_sm": (
+        "The profiler reported a negative 'warps per SM'. Kineto computes it from a 32-bit grid product "
+        "(or, in PyTorch 1.8/1.9, with an SM count of -1): the value is an overflow, not a measurement. "
+        "warpwatch recomputes it exactly from grid, block and the device's SM count."
+    ),
+    "non_finite": (
+        "The profiler wrote inf, nan or a string such as \"inf\" where a number belongs: it divided by an "
+        "SM count of 0 because it could not read the device properties. warpwatch ignores these values."
+    ),
+    "grid_overflow": (
+        "The launch has 2^31 or more blocks. Kineto multiplies gridX*gridY*gridZ in a signed 32-bit int, "
+        "which wraps: its blocks and warps per SM are garbage (negative, tiny or zero) for these launches."
+    ),
+    "sm_count_invalid": (
+        "The profiler used an invalid SM count (-1 in PyTorch 1.8.x/early 1.9 on Turing and newer, or 0 when "
+        "device properties were unreadable). warpwatch uses numSms from deviceProperties instead."
+    ),
+    "occupancy_sentinel": (
+        "The profiler's 'est. achieved occupancy %' is a sentinel (-99 or -100): its occupancy calculator "
+        "failed (missing properties or a GPU newer than its CUDA header). warpwatch computes occupancy itself."
+    ),
+    "occupancy_smem_optin": (
+        "The profiler reported 0 % occupancy for a kernel that uses opt-in shared memory (above ~48 KiB per "
+        "block): Kineto evaluates occupancy with the default shared-memory limit, under which the block "
+        "does not fit. With the opt-in limit the kernel really runs, and warpwatch reports its occupancy."
+    ),
+    "unrounded_warps": (
+        "The block size is not a multiple of the warp size. Kineto divides threads by 32 without rounding up, "
+        "so a 48-thread block counts as 1.5 warps although it occupies 2; warpwatch rounds up."
+    ),
+    "missing_launch_config": (
+        "The kernel event has no grid/block (CUDA graph replays, ROCm): warps per SM and occupancy are unknown "
+        "for it, not zero."
+    ),
+}
+"""One plain sentence or three per artefact kind, for reports and dashboards."""
+
 LIMITING_FACTORS: tuple[str, ...] = ("warps", "registers", "shared_memory", "blocks", "barriers")
 
 
@@ -110,6 +148,8 @@ class Trace:
     world_size: int | None = None
     schema_version: int | None = None
     base_time_ns: int | None = None
+    warnings: tuple[str, ...] = ()
+    """Non-fatal problems found while reading (e.g. an unusable deviceProperties entry)."""
 
 
 @dataclass(frozen=True, slots=True)
