@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from tracebuild import A100, H100, kernel, span, trace_doc
-
+from tracebuild import A100, kernel, span, trace_doc
 from warpwatch.analysis import analyze, launch_metrics, sampling_weight, window_of
 from warpwatch.model import KernelLaunch, TraceWindow
 from warpwatch.trace import parse_trace

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_TRACES
-
 from warpwatch.analysis import analyze, launch_metrics, window_of
 from warpwatch.trace import read_trace
 
@@ -45,7 +44,7 @@ def _stdlib_kernels(path: Path) -> tuple[list[dict], dict[int, dict]]:
     return kernels, props
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _check(path: Path) -> tuple[int, int]:
     kernels, props = _stdlib_kernels(path)
     trace = read_trace(path)

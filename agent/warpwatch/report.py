@@ -18,7 +18,7 @@ from rich.text import Text
 from .analysis import analyze, launch_metrics, window_of
 from .errors import TraceError
 from .model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS, DeviceProperties, LaunchMetrics, Trace, WindowAnalysis
-from .trace import DEFAULT_MAX_BYTES, load_gpu_properties, parse_trace, load_bytes
+from .trace import DEFAULT_MAX_BYTES, load_bytes, load_gpu_properties, parse_trace
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
 _ARTIFACT_SHORT = {

@@ -58,15 +58,15 @@ class _Event(msgspec.Struct):
 
 
 class _TraceFile(msgspec.Struct):
-    traceEvents: list[_Event] = msgspec.field(default_factory=list)  # noqa: N815 (JSON name)
-    deviceProperties: Any = None  # noqa: N815
-    distributedInfo: Any = None  # noqa: N815
-    baseTimeNanoseconds: Any = None  # noqa: N815
-    schemaVersion: Any = None  # noqa: N815
+    traceEvents: list[_Event] = msgspec.field(default_factory=list)
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    schemaVersion: Any = None
 
 
 _EMPTY_ARGS = _Args()
-_TOP = msgspec.json.Decoder(_TraceFile | list[_Event])  # type: ignore[arg-type]
+_TOP: msgspec.json.Decoder[_TraceFile | list[_Event]] = msgspec.json.Decoder(_TraceFile | list[_Event])
 
 
 def read_trace(
@@ -332,6 +332,7 @@ def device_properties_from_json(entry: object) -> DeviceProperties:
     name = entry.get("name")
     name = name[:128] if isinstance(name, str) else f"device {dev_id}"
     amd = values["warp_size"] == 64 or "AMD" in name or "Radeon" in name or "Instinct" in name
+    assert isinstance(dev_id, int)
     return DeviceProperties(id=dev_id, name=name, vendor="amd" if amd else "nvidia", **values)
 
 
