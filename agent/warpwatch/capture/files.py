@@ -1,0 +1,168 @@
+"""Is a trace file finished? Checks shared by every source that picks files up from a folder.
+
+Writers of Kineto traces do not write atomically in every case: `torch.profiler`'s
+`export_chrome_trace(".../x.json.gz")` (used by vLLM's and SGLang's profilers and by
+`tensorboard_trace_handler`) writes a plain JSON temp file and then streams it through
+`gzip.open(path, "wb")`, so the `.gz` file is visible, and growing, for as long as compression
+takes. libkineto itself writes `<file>.tmp` and renames it when complete.
+
+So a file counts as finished only when
+
+- its name is not a temporary one (`.tmp`, `.part`, `.partial`),
+- for `.gz`: the gzip stream is complete: every member decompresses to its end and its CRC-32
+  and length trailer match (`is_complete_gzip`);
+- for `.json`: the first non-blank byte is `{` and the last is `}` (a cheap structural check;
+  the file is not parsed, because some Kineto versions write invalid JSON that the analyser
+  still reads).
+
+Callers that poll a folder should also require the size to be unchanged between two polls
+(`SettleTracker`) before calling these, so that the decompression runs about once per file.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "TEMP_SUFFIXES",
+    "TRACE_SUFFIXES",
+    "SettleTracker",
+    "is_complete_gzip",
+    "is_complete_trace_file",
+]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+"""Suffixes of files `is_complete_trace_file` can judge."""
+
+TEMP_SUFFIXES = (".tmp", ".part", ".partial")
+"""Suffixes of files that are still being written, whatever their content."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_READ_CHUNK = 1 << 20
+_MAX_OUT = 1 << 22  # decompress at most 4 MiB at a time: memory stays flat for any file size
+
+
+def is_complete_gzip(path: str | os.PathLike[str]) -> bool:
+    """True when `path` holds one or more complete gzip members and nothing else.
+
+    Streams the file through zlib without keeping the output (memory stays at a few MiB),
+    which also verifies each member's CRC-32 and length trailer. Trailing zero padding is
+    accepted, like `gzip` does. False for a missing, empty, truncated, still-growing or
+    corrupt file. Never raises for I/O or format errors.
+    """
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != _GZIP_MAGIC:
+                return False
+            f.seek(0)
+            d = zlib.decompressobj(wbits=31)
+            in_member = True
+            pending = b""
+            while True:
+                chunk = pending or f.read(_READ_CHUNK)
+                pending = b""
+                if not chunk:
+                    break
+                if not in_member:
+                    # Between members: only another gzip member or zero padding may follow.
+                    stripped = chunk.lstrip(b"\0")
+                    if not stripped:
+                        continue
+                    if len(stripped) < 2:
+                        more = f.read(1)
+                        if not more:
+                            return False
+                        stripped += more
+                    if stripped[:2] != _GZIP_MAGIC:
+                        return False
+                    d = zlib.decompressobj(wbits=31)
+                    in_member = True
+                    chunk = stripped
+                data = chunk
+                while not d.eof:
+                    out = d.decompress(data, _MAX_OUT)
+                    data = d.unconsumed_tail
+                    # Stop when the input is used up, unless the output limit was hit: then
+                    # zlib may still hold output (and the trailer check) for this input.
+                    if not data and len(out) < _MAX_OUT:
+                        break
+                if d.eof:
+                    in_member = False
+                    pending = d.unused_data
+            return not in_member
+    except (OSError, zlib.error, ValueError):
+        return False
+
+
+def _first_last_nonblank(path: str | os.PathLike[str], size: int) -> tuple[bytes, bytes]:
+    with open(path, "rb") as f:
+        head = f.read(min(size, 4096)).lstrip()
+        f.seek(max(0, size - 4096))
+        tail = f.read().rstrip()
+    return head[:1], tail[-1:]
+
+
+def is_complete_trace_file(path: str | os.PathLike[str]) -> bool:
+    """True when a `.json` or `.json.gz` trace file looks completely written (see module doc).
+
+    False for other suffixes, temporary names, missing files and unreadable files.
+    """
+    name = os.fspath(path)
+    lower = name.lower()
+    if lower.endswith(TEMP_SUFFIXES):
+        return False
+    if lower.endswith(".gz"):
+        return is_complete_gzip(path)
+    if not lower.endswith(".json"):
+        return False
+    try:
+        size = os.stat(path).st_size
+        if size < 2:
+            return False
+        first, last = _first_last_nonblank(path, size)
+    except OSError:
+        return False
+    return first == b"{" and last == b"}"
+
+
+@dataclass
+class _Seen:
+    size: int
+    mtime_ns: int
+    stable: bool = False
+    complete: bool | None = None
+
+
+class SettleTracker:
+    """Follows files across polls; a file is *settled* once its size and mtime were the same on
+    two consecutive `observe` calls and `is_complete_trace_file` then said yes.
+
+    The completeness check runs only on a stable file and only once per (size, mtime).
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, _Seen] = {}
+
+    def observe(self, path: Path) -> bool:
+        """Record the file's current state; return True if it is settled now."""
+        try:
+            st = path.stat()
+        except OSError:
+            self._seen.pop(path, None)
+            return False
+        prev = self._seen.get(path)
+        if prev is None or prev.size != st.st_size or prev.mtime_ns != st.st_mtime_ns:
+            self._seen[path] = _Seen(size=st.st_size, mtime_ns=st.st_mtime_ns)
+            return False
+        prev.stable = True
+        if prev.complete is None:
+            prev.complete = st.st_size > 0 and is_complete_trace_file(path)
+        return prev.complete
+
+    def size(self, path: Path) -> int | None:
+        """The size seen at the last `observe`, or None if the file was never seen."""
+        seen = self._seen.get(path)
+        return None if seen is None else seen.size
