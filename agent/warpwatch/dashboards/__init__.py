@@ -221,17 +221,26 @@ def register(subparsers: Any) -> None:
 def _cmd_build(args: argparse.Namespace) -> int:
     settings = settings_from(args.settings)
     out: Path = args.out
+    from .. import deploysync
+
+    # The repository's Helm chart ships copies of the generated files: keep them in step.
+    repo_root = out.resolve().parent
+    has_chart = (repo_root / "helm" / "warpwatch").is_dir()
     if args.check:
-        problems = check(out, settings)
+        problems = [str(out / line) for line in check(out, settings)]
+        if has_chart and not problems:
+            problems = deploysync.check(repo_root)
         for line in problems:
-            print(f"stale: {out / line}", file=sys.stderr)
+            print(f"stale: {line}", file=sys.stderr)
         if problems:
             print("run `warpwatch dashboards build` and commit the result", file=sys.stderr)
             return 1
         print(f"{out}: up to date")
         return 0
     written = build(out, settings)
-    print(f"wrote {len(written)} files under {out}")
+    if has_chart:
+        written += deploysync.sync(repo_root)
+    print(f"wrote {len(written)} files under {out}" + (" and the Helm chart's copies" if has_chart else ""))
     return 0
 
 
