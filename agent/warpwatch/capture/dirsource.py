@@ -1,0 +1,229 @@
+"""`dir:PATH`: finished trace files that something else drops into a folder.
+
+The workload decides when traces are written (`tensorboard_trace_handler`, a training loop's
+own schedule, a cron job); the agent analyses each finished file exactly once. One
+`capture()` call looks at the folder, waits `window_s` (interruptibly), looks again, and returns
+a window for every file that is
+
+- a trace by name: `*.json`, `*.json.gz` (which covers `*.pt.trace.json[.gz]`), not hidden,
+  not temporary (`*.tmp`, `*.part`, `*.partial`), directly in the folder (not in sub-folders);
+- finished: same size and modification time in both looks and complete by
+  `warpwatch.capture.files.is_complete_trace_file` (a whole gzip stream; a JSON text from
+  `{` to `}`), or unchanged for longer than `give_up_s` (the service passes
+  `collect_timeout`): then it is handed over anyway and fails its window with the reader's
+  reason (empty, truncated, not JSON), instead of being waited for forever;
+- not processed before: processed files are remembered by (name, size, mtime_ns) for as long
+  as they are in the folder (the memory is pruned to the files present, so it stays bounded);
+  a file rewritten in place counts as new.
+
+After a window is analysed the file is deleted when `delete_processed` is set. Retention
+(`retention_files`, `retention_bytes`, 0 = no bound) bounds the folder: when the trace files in
+it exceed either bound, the oldest *processed* ones are deleted until both hold; files not yet
+processed are never deleted.
+
+The traced process's identity (used to merge windows) comes from the file name when it has
+`tensorboard_trace_handler`'s `{worker}.{time_ns}.pt.trace.json[.gz]` form (`process=worker`)
+and from the trace's `distributedInfo` rank otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CaptureError
+from ..logs import event
+from . import CapturedWindow
+from .files import TEMP_SUFFIXES, is_complete_trace_file
+
+log = logging.getLogger(__name__)
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_WORKER = re.compile(r"^(?P<worker>.+)\.\d{9,}\.pt\.trace\.json(\.gz)?$")
+
+Key = tuple[str, int, int]
+"""(name, size, mtime_ns): a file's identity for "processed before"."""
+
+
+def is_trace_name(name: str) -> bool:
+    """True for names a dir: source considers (see module doc)."""
+    lower = name.lower()
+    return (not name.startswith(".") and lower.endswith(TRACE_SUFFIXES)
+            and not lower.endswith(TEMP_SUFFIXES))
+
+
+def labels_for(name: str) -> dict[str, str]:
+    """`process` from a `tensorboard_trace_handler` file name, else no labels."""
+    m = _WORKER.match(name)
+    return {"process": m.group("worker")} if m else {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    path: Path
+    key: Key
+
+
+class DirSource:
+    """A `Source` over a folder of finished trace files (module doc)."""
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        delete_processed: bool = False,
+        retention_files: int = 0,
+        retention_bytes: int = 0,
+        give_up_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.folder = Path(folder)
+        self.name = name or f"dir:{self.folder}"
+        self.delete_processed = delete_processed
+        self.retention_files = retention_files
+        self.retention_bytes = retention_bytes
+        self.give_up_s = give_up_s
+        self._clock = clock
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._processed: set[Key] = set()
+        self._handed: set[Key] = set()
+        self._first_seen: dict[Key, float] = {}
+        self._missing_logged = False
+
+    # -- Source protocol
+
+    def start(self) -> None:
+        if self.folder.exists() and not self.folder.is_dir():
+            raise CaptureError(f"{self.name}: {self.folder} is not a folder")
+        if not self.folder.exists():
+            event(log, "source_waiting", logging.WARNING, source=self.name,
+                  reason="folder does not exist yet; windows start when it appears")
+            self._missing_logged = True
+        elif not os.access(self.folder, os.R_OK | os.X_OK):
+            raise CaptureError(f"{self.name}: folder {self.folder} is not readable")
+
+    def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        """Look, wait `window_s`, look again; return the files finished and not yet processed."""
+        first = self._look()
+        if first is None:
+            return []
+        if any(key not in self._done_keys() for key in first.values()):
+            self._closed.wait(max(0.0, min(window_s, timeout_s if timeout_s > 0 else window_s)))
+        if self._closed.is_set():
+            return []
+        second = self._look() or {}
+        now = self._clock()
+        ready: list[_Entry] = []
+        with self._lock:
+            present = set(second.values())
+            # Memory stays bounded: forget files that are gone.
+            self._processed &= present
+            self._handed &= present
+            self._first_seen = {k: t for k, t in self._first_seen.items() if k in present}
+            for path, key in sorted(second.items(), key=lambda kv: (kv[1][2], kv[1][0])):
+                if key in self._processed or key in self._handed:
+                    continue
+                seen_at = self._first_seen.setdefault(key, now)
+                stable = first.get(path) == key
+                if stable and is_complete_trace_file(path):
+                    ready.append(_Entry(path, key))
+                elif now - seen_at >= self.give_up_s:
+                    ready.append(_Entry(path, key))  # give up waiting: let the reader say what is wrong
+            for e in ready:
+                self._handed.add(e.key)
+        return [
+            CapturedWindow(
+                source=self.name,
+                path=e.path,
+                labels=labels_for(e.path.name),
+                on_done=self._done_callback(e),
+            )
+            for e in ready
+        ]
+
+    def close(self) -> None:
+        self._closed.set()
+
+    # -- internals
+
+    def _done_keys(self) -> set[Key]:
+        with self._lock:
+            return self._processed | self._handed
+
+    def _look(self) -> dict[Path, Key] | None:
+        try:
+            entries = list(os.scandir(self.folder))
+        except FileNotFoundError:
+            if not self._missing_logged:
+                event(log, "source_waiting", logging.WARNING, source=self.name, reason="folder does not exist")
+                self._missing_logged = True
+            return None
+        except OSError as exc:
+            event(log, "source_error", logging.WARNING, source=self.name, error=exc.strerror or str(exc))
+            return None
+        if self._missing_logged:
+            event(log, "source_folder_found", source=self.name)
+            self._missing_logged = False
+        out: dict[Path, Key] = {}
+        for entry in entries:
+            if not is_trace_name(entry.name):
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            out[Path(entry.path)] = (entry.name, st.st_size, st.st_mtime_ns)
+        return out
+
+    def _done_callback(self, e: _Entry) -> Callable[[bool], None]:
+        def done(processed: bool) -> None:
+            with self._lock:
+                self._handed.discard(e.key)
+                if processed:
+                    self._processed.add(e.key)
+            if processed and self.delete_processed:
+                self._unlink(e.path, "delete_processed")
+            if processed:
+                self._apply_retention()
+        return done
+
+    def _unlink(self, path: Path, why: str) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            event(log, "source_delete_failed", logging.WARNING, source=self.name, file=path.name,
+                  error=exc.strerror or str(exc))
+        else:
+            event(log, "source_deleted", logging.DEBUG, source=self.name, file=path.name, reason=why)
+
+    def _apply_retention(self) -> None:
+        if not self.retention_files and not self.retention_bytes:
+            return
+        files = self._look() or {}
+        count = len(files)
+        total = sum(key[1] for key in files.values())
+        with self._lock:
+            processed = self._processed.copy()
+        # Oldest first (mtime, then name); only processed files may go.
+        for path, key in sorted(files.items(), key=lambda kv: (kv[1][2], kv[1][0])):
+            over_count = self.retention_files and count > self.retention_files
+            over_bytes = self.retention_bytes and total > self.retention_bytes
+            if not (over_count or over_bytes):
+                break
+            if key not in processed:
+                continue
+            self._unlink(path, "retention")
+            count -= 1
+            total -= key[1]

@@ -1,0 +1,106 @@
+"""`--source SPEC` -> a `Source`. The one place that knows every spec prefix.
+
+- `dir:PATH`: finished trace files dropped into a folder (`dirsource.DirSource`);
+- `replay:PATH`: a file or folder of traces replayed in a loop (`replay.ReplaySource`);
+- `kineto-daemon[:socket_dir=PATH]`: unmodified PyTorch processes started with
+  `KINETO_USE_DAEMON=1` (`daemon.KinetoDaemonSource`), traces written under `trace_dir`;
+- `vllm:URL[,dir=PATH][,token_env=VAR][,expected_files=N]`: a vLLM server's `/start_profile`
+  and `/stop_profile` (`servers.VllmSource`); `dir` is its profiler folder as the agent sees it
+  (default `trace_dir`);
+- `sglang:URL[,dir=PATH][,server_dir=PATH][,token_env=VAR][,expected_files=N]`: the same for
+  SGLang (`servers.SglangSource`); `server_dir` is the folder as the server sees it.
+
+Sources with their own modules are imported only when a spec names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..config import Config
+from ..errors import ConfigError
+from . import Source
+
+PREFIXES = ("dir:", "replay:", "kineto-daemon", "vllm:", "sglang:")
+EXAMPLES = "dir:/var/run/traces, replay:trace.json.gz, kineto-daemon, vllm:http://localhost:8000,dir=/traces"
+
+
+def _options(spec: str, text: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in allowed:
+            raise ConfigError(
+                f"source {spec!r}: unknown option {item!r}; options are " + ", ".join(f"{a}=..." for a in allowed))
+        out[key] = value.strip()
+    return out
+
+
+def _int_option(spec: str, opts: Mapping[str, str], key: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        return int(opts[key])
+    except ValueError:
+        raise ConfigError(f"source {spec!r}: {key} must be an integer, got {opts[key]!r}") from None
+
+
+def build_source(spec: str, config: Config) -> Source:
+    """Build the source a `--source` spec names; ConfigError for an unknown or malformed spec."""
+    spec = spec.strip()
+    if spec.startswith("dir:"):
+        from .dirsource import DirSource
+
+        path = spec[len("dir:"):]
+        if not path:
+            raise ConfigError(f"source {spec!r}: dir: needs a folder, e.g. dir:/var/run/traces")
+        return DirSource(
+            Path(path),
+            name=spec,
+            delete_processed=config.delete_processed,
+            retention_files=config.retention_files,
+            retention_bytes=config.retention_bytes,
+            give_up_s=max(config.collect_timeout, config.window),
+        )
+    if spec.startswith("replay:"):
+        from .replay import ReplaySource
+
+        path = spec[len("replay:"):]
+        if not path:
+            raise ConfigError(f"source {spec!r}: replay: needs a trace file or folder")
+        return ReplaySource(Path(path), name=spec)
+    if spec == "kineto-daemon" or spec.startswith("kineto-daemon:"):
+        # Implemented in warpwatch.capture.daemon (zero-code attach through Kineto's daemon protocol).
+        from .daemon import KinetoDaemonSource
+
+        opts = _options(spec, spec[len("kineto-daemon:"):] if ":" in spec else "", ("socket_dir",))
+        return KinetoDaemonSource(
+            config.trace_dir.absolute(),
+            socket_dir=opts.get("socket_dir"),
+            delete_processed=True,
+            name=spec,
+        )
+    for prefix in ("vllm:", "sglang:"):
+        if not spec.startswith(prefix):
+            continue
+        # Implemented in warpwatch.capture.servers (the servers' own profiling endpoints).
+        from .servers import DEFAULT_TOKEN_ENV, SglangSource, VllmSource
+
+        url, _, rest = spec[len(prefix):].partition(",")
+        if not url:
+            raise ConfigError(f"source {spec!r}: {prefix} needs a URL, e.g. {prefix}http://localhost:8000,dir=/traces")
+        allowed = ("dir", "token_env", "expected_files") + (("server_dir",) if prefix == "sglang:" else ())
+        opts = _options(spec, rest, allowed)
+        trace_dir = Path(opts.get("dir") or config.trace_dir)
+        token_env = opts.get("token_env") or DEFAULT_TOKEN_ENV
+        expected = _int_option(spec, opts, "expected_files")
+        if prefix == "vllm:":
+            return VllmSource(url, trace_dir, name=spec, delete_processed=config.delete_processed,
+                              token_env=token_env, expected_files=expected)
+        return SglangSource(url, trace_dir, server_trace_dir=opts.get("server_dir"), name=spec,
+                            delete_processed=config.delete_processed, token_env=token_env,
+                            expected_files=expected)
+    raise ConfigError(f"source {spec!r}: unknown kind of source; use one of {', '.join(PREFIXES)} "
+                      f"(e.g. {EXAMPLES})")

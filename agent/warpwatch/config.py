@@ -1,0 +1,393 @@
+"""Settings of `warpwatch run`: one table, one frozen `Config`.
+
+Every setting has exactly one name, spelled three ways that are derived from it and never
+written by hand: the flag `--top-kernels`, the environment variable `WARPWATCH_TOP_KERNELS`
+and the YAML key `top_kernels` (in the file named by `--config` / `WARPWATCH_CONFIG`).
+Precedence: flag > environment > file > default. `load_config` validates everything at
+start and raises `ConfigError` naming the setting, the spelling that set it and the value.
+
+Value syntax:
+- durations: `500ms`, `10s`, `2m`, `1h`, or plain seconds (`1.5`);
+- sizes: `512MiB`, `2GiB`, `10GB`, `4096` (bytes); binary (KiB, MiB, GiB, TiB) and decimal
+  (kB, MB, GB, TB) units;
+- booleans: `true/false`, `yes/no`, `on/off`, `1/0` (flags: `--allow-high-duty` and
+  `--no-allow-high-duty`);
+- `source` is repeatable (`--source A --source B`); in the environment, specs are separated by
+  whitespace; in YAML, a string or a list of strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+ENV_PREFIX = "WARPWATCH_"
+CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
+MAX_DUTY = 0.10
+"""Largest window/period accepted without `allow_high_duty`: profiling slows the workload."""
+
+Kind = Literal["str", "int", "duration", "size", "bool", "list", "path", "choice"]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One row of the settings table; the three spellings derive from `name`."""
+
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def key(self) -> str:
+        """The YAML key."""
+        return self.name
+
+
+GiB = 1024**3
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("source", "list", (),
+            "where windows come from, repeatable: dir:PATH (finished trace files dropped in a folder), "
+            "replay:PATH (a file or folder replayed in a loop), kineto-daemon (PyTorch processes started "
+            "with KINETO_USE_DAEMON=1), vllm:URL[,dir=PATH], sglang:URL[,dir=PATH]", metavar="SPEC"),
+    Setting("address", "str", "0.0.0.0", "address the HTTP server (/metrics, /healthz, /readyz) binds"),
+    Setting("port", "int", 9946, "HTTP port (0 picks a free one and logs it)"),
+    Setting("period", "duration", 60.0, "time between the starts of two capture windows"),
+    Setting("window", "duration", 1.0, "length of one capture window"),
+    Setting("jitter", "duration", 5.0, "random delay added to each window's start, spreads agents apart"),
+    Setting("top_kernels", "int", 50, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
+    Setting("log_level", "choice", "info", "log level", choices=("debug", "info", "warning", "error")),
+    Setting("log_format", "choice", "text", "log line format: key=value text or JSON",
+            choices=("text", "json")),
+    Setting("allow_high_duty", "bool", False,
+            f"allow window/period above {MAX_DUTY:.0%} (profiling slows the workload while a window is open)"),
+    Setting("trace_dir", "path", Path("/tmp/warpwatch"), "folder where capture sources have traces written"),
+    Setting("delete_processed", "bool", False,
+            "delete trace files once analysed (dir:, vllm:, sglang:; kineto-daemon always deletes its own)"),
+    Setting("retention_files", "int", 0,
+            "keep at most this many files in a dir: source's folder, deleting the oldest processed ones "
+            "(0: no bound)"),
+    Setting("retention_bytes", "size", 0,
+            "keep at most this many bytes in a dir: source's folder, deleting the oldest processed files "
+            "(0: no bound)"),
+    Setting("max_trace_bytes", "size", 2 * GiB,
+            "largest trace accepted, decompressed; a larger one fails its window"),
+    Setting("collect_timeout", "duration", 30.0,
+            "how long a source may wait for a window's trace beyond the window itself; a dir: source "
+            "hands over a file that never looks complete after this long (its window then fails)"),
+    Setting("gpu_properties", "path", None,
+            "JSON file of device properties, for traces that carry none"),
+    Setting("web_config", "path", None,
+            "Prometheus exporter-toolkit web config (TLS, basic auth); carried, not applied yet"),
+)
+SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every setting of `warpwatch run`, validated. Durations in seconds, sizes in bytes."""
+
+    source: tuple[str, ...] = ()
+    address: str = "0.0.0.0"
+    port: int = 9946
+    period: float = 60.0
+    window: float = 1.0
+    jitter: float = 5.0
+    top_kernels: int = 50
+    log_level: str = "info"
+    log_format: str = "text"
+    allow_high_duty: bool = False
+    trace_dir: Path = Path("/tmp/warpwatch")
+    delete_processed: bool = False
+    retention_files: int = 0
+    retention_bytes: int = 0
+    max_trace_bytes: int = 2 * GiB
+    collect_timeout: float = 30.0
+    gpu_properties: Path | None = None
+    web_config: Path | None = None
+
+    @property
+    def duty(self) -> float:
+        """Configured capture time / wall time."""
+        return self.window / self.period
+
+
+# ---------------------------------------------------------------------------------------------
+# Value parsing
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKMGT]i?B|B)?\s*$")
+_SIZE_UNITS = {
+    None: 1, "B": 1,
+    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+    "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_duration(value: object) -> float:
+    """`500ms`, `10s`, `2m`, `1h` or plain seconds -> seconds. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if m is None:
+            raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h")
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError("expected a finite duration")
+    return seconds
+
+
+def parse_size(value: object) -> int:
+    """`512MiB`, `2GiB`, `10GB`, `4096` -> bytes. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 4096, 512MiB, 2GiB")
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if m is None or m.group(2) not in _SIZE_UNITS:
+        raise ValueError("expected a size such as 4096, 512MiB, 2GiB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def parse_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_int(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer")
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip())
+
+
+def _parse_list(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError("expected a string or a list of strings")
+
+
+def _parse_str(value: object) -> str:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError("expected a string")
+
+
+def _parse_path(value: object) -> Path | None:
+    if value is None or value == "":
+        return None
+    return Path(_parse_str(value))
+
+
+def _parser_for(setting: Setting) -> Callable[[object], Any]:
+    if setting.kind == "choice":
+        def choice(value: object) -> str:
+            text = _parse_str(value).strip().lower()
+            if text not in setting.choices:
+                raise ValueError("expected one of " + ", ".join(setting.choices))
+            return text
+        return choice
+    table: dict[str, Callable[[object], Any]] = {
+        "str": _parse_str, "int": _parse_int, "duration": parse_duration, "size": parse_size,
+        "bool": parse_bool, "list": _parse_list, "path": _parse_path,
+    }
+    return table[setting.kind]
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI flags, derived from the table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting (plus `--config`). Unset flags stay absent from the namespace,
+    so that the environment and the file can fill them."""
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help=f"YAML file of settings (keys as the flags, with _; env {CONFIG_FILE_ENV})")
+    for s in SETTINGS:
+        default_text = _default_text(s)
+        help_text = f"{s.help} (env {s.env}; default {default_text})".replace("%", "%%")
+        if s.kind == "bool":
+            parser.add_argument(s.flag, dest=s.name, action=argparse.BooleanOptionalAction,
+                                default=argparse.SUPPRESS, help=help_text)
+        elif s.kind == "list":
+            parser.add_argument(s.flag, dest=s.name, action="append", default=argparse.SUPPRESS,
+                                metavar=s.metavar or "VALUE", help=help_text)
+        else:
+            parser.add_argument(s.flag, dest=s.name, default=argparse.SUPPRESS,
+                                metavar=s.metavar or s.name.upper(),
+                                choices=s.choices or None, help=help_text)
+
+
+def _default_text(s: Setting) -> str:
+    if s.default is None or s.default == ():
+        return "none"
+    if s.kind == "duration":
+        return f"{s.default:g}s"
+    if s.kind == "size":
+        return f"{s.default // GiB}GiB" if s.default and s.default % GiB == 0 else str(s.default)
+    if s.kind == "bool":
+        return "on" if s.default else "off"
+    return str(s.default)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a YAML settings file; unknown keys are an error (a typo must not pass silently)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {os.fspath(path)!r}: expected a mapping of settings at the top level")
+    for key in data:
+        if key not in SETTINGS_BY_NAME:
+            hint = difflib.get_close_matches(str(key), SETTINGS_BY_NAME, n=1)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(f"config file {os.fspath(path)!r}: unknown setting {key!r}{suggestion}")
+    return dict(data)
+
+
+def load_config(
+    args: argparse.Namespace | Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    file: str | os.PathLike[str] | None = None,
+) -> Config:
+    """Merge flags > environment > file > defaults into a validated `Config`.
+
+    `args` holds the flags that were given (absent ones missing, as `add_arguments` leaves
+    them); `file` defaults to `args.config`, else `$WARPWATCH_CONFIG`.
+    """
+    given: dict[str, Any] = dict(vars(args) if isinstance(args, argparse.Namespace) else (args or {}))
+    env = dict(environ if environ is not None else {})
+    if file is None:
+        file = given.get("config") or env.get(CONFIG_FILE_ENV) or None
+    from_file = read_config_file(file) if file else {}
+
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        parse = _parser_for(s)
+        if s.name in given and given[s.name] is not None:
+            raw, where = given[s.name], s.flag
+            if s.kind == "list" and isinstance(raw, list | tuple):
+                raw = [spec for item in raw for spec in ([item] if isinstance(item, str) else item)]
+        elif s.env in env:
+            raw, where = env[s.env], s.env
+        elif s.key in from_file:
+            raw, where = from_file[s.key], f"{s.key} in {os.fspath(file or '')}"
+        else:
+            values[s.name] = s.default
+            continue
+        try:
+            values[s.name] = parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{s.name} ({where}): invalid value {raw!r}: {exc}") from None
+    config = Config(**values)
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Check the settings against each other; ConfigError names the setting and what to do."""
+    if not config.source:
+        raise ConfigError("source: no source given; add one, e.g. --source dir:/var/run/traces")
+    for name in ("period", "window"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name}: must be greater than 0 (got {getattr(config, name):g}s)")
+    for name in ("jitter", "collect_timeout"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name}: must not be negative (got {getattr(config, name):g}s)")
+    if config.window >= config.period:
+        raise ConfigError(f"window: must be shorter than period (window {config.window:g}s, "
+                          f"period {config.period:g}s)")
+    if config.jitter >= config.period:
+        raise ConfigError(f"jitter: must be shorter than period (jitter {config.jitter:g}s, "
+                          f"period {config.period:g}s)")
+    if config.duty > MAX_DUTY and not config.allow_high_duty:
+        raise ConfigError(
+            f"window: {config.window:g}s per {config.period:g}s period is a capture duty of "
+            f"{config.duty:.0%}, above {MAX_DUTY:.0%}; shorten the window, lengthen the period, "
+            f"or pass --allow-high-duty")
+    if not 0 <= config.port <= 65535:
+        raise ConfigError(f"port: must be between 0 and 65535 (got {config.port})")
+    if not 1 <= config.top_kernels <= 10_000:
+        raise ConfigError(f"top_kernels: must be between 1 and 10000 (got {config.top_kernels})")
+    for name in ("retention_files", "retention_bytes"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name}: must not be negative (0 means no bound; got {getattr(config, name)})")
+    if config.max_trace_bytes <= 0:
+        raise ConfigError(f"max_trace_bytes: must be greater than 0 (got {config.max_trace_bytes})")
+    if not config.address:
+        raise ConfigError("address: must not be empty (0.0.0.0 listens on every interface)")
+    for name in ("gpu_properties", "web_config"):
+        path = getattr(config, name)
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{name}: file {os.fspath(path)!r} does not exist or is not a file")
+
+
+def config_fields() -> tuple[str, ...]:
+    """Names of `Config`'s fields (a test proves they equal the table's names)."""
+    return tuple(f.name for f in fields(Config))
+
+
+def describe(config: Config) -> dict[str, Any]:
+    """The effective settings, for the start-up log line."""
+    out: dict[str, Any] = {}
+    for f in fields(Config):
+        value = getattr(config, f.name)
+        out[f.name] = " ".join(value) if isinstance(value, tuple) else (
+            os.fspath(value) if isinstance(value, Path) else value)
+    return out
+
+
+def settings_table_markdown(rows: Sequence[Setting] = SETTINGS) -> str:
+    """The settings as a Markdown table (for the README)."""
+    lines = ["| flag | environment | YAML key | default | meaning |", "|---|---|---|---|---|"]
+    for s in rows:
+        lines.append(f"| `{s.flag}` | `{s.env}` | `{s.key}` | {_default_text(s)} | {s.help} |")
+    return "\n".join(lines)

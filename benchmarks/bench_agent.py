@@ -1,0 +1,235 @@
+"""Benchmark of `warpwatch run`'s hot paths. Prints three figures:
+
+1. scrape latency: `/metrics` of a synthetic snapshot of 8 GPUs x 50 kernels (+ `other`), over
+   real HTTP from the agent's server and as bare exposition (`generate_latest`);
+2. processing time of the largest shared trace (df_index_resolver.json.gz) as one window
+   (read + analyse, the path every window takes);
+3. resident memory after 500 replayed windows of real traces (with the counters and the kernel
+   namer filled by them), sampled every 100 windows to show whether it grows.
+
+    .venv/bin/python benchmarks/bench_agent.py [--windows 500] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "agent"))
+
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+
+from warpwatch.capture import CapturedWindow  # noqa: E402
+from warpwatch.capture.replay import ReplaySource  # noqa: E402
+from warpwatch.config import Config  # noqa: E402
+from warpwatch.export import (  # noqa: E402
+    OTHER,
+    GpuInfo,
+    GpuSample,
+    HistogramState,
+    KernelSample,
+    Snapshot,
+    SnapshotCollector,
+)
+from warpwatch.model import ARTIFACT_KINDS  # noqa: E402
+from warpwatch.service import Service  # noqa: E402
+
+SHARED = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+HTA = SHARED / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
+LARGEST = HTA / "df_index_resolver" / "df_index_resolver.json.gz"
+REPLAYED = [
+    HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+    HTA / "trace_diff/control/control.json.gz",
+    HTA / "timeline_analysis/sampled_rank-0.json.gz",
+]
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def synthetic_snapshot(gpus: int = 8, kernels: int = 50) -> Snapshot:
+    rows: list[KernelSample] = []
+    launches: list[tuple[str, str, float]] = []
+    artifacts: list[tuple[str, str, str, float]] = []
+    for g in range(gpus):
+        for k in range(kernels + 1):
+            name = OTHER if k == kernels else f"at::native::vectorized_elementwise_kernel~{g:02d}{k:06d}"
+            rows.append(KernelSample(str(g), name, 1234.5 + k, 48.25, 0.75, 0.6875, 3.5, 0.0125, 1500.0, -2.0))
+            launches.append((str(g), name, 123456.0))
+            artifacts.extend((str(g), name, a, 17.0) for a in ARTIFACT_KINDS[:2])
+    hist = HistogramState()
+    for s in (0.01, 0.02, 0.5):
+        hist = hist.observe(s)
+    return Snapshot(
+        kernels=tuple(rows),
+        gpus=tuple(GpuSample(str(g), 40.0, 0.625, 0.9) for g in range(gpus)),
+        gpu_info=tuple(GpuInfo(str(g), "NVIDIA H100 80GB HBM3", "9.0", "132") for g in range(gpus)),
+        launches_observed=tuple(launches),
+        artifacts=tuple(artifacts),
+        kernels_folded=tuple((str(g), 1000.0) for g in range(gpus)),
+        processing=hist,
+        last_window_timestamp=time.time(),
+        capture_duty=1 / 60,
+    )
+
+
+class _Idle:
+    name = "idle:"
+
+    def start(self) -> None:
+        pass
+
+    def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_scrape(iterations: int) -> dict[str, Any]:
+    snap = synthetic_snapshot()
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(snap))
+    body = generate_latest(registry)
+    times = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        generate_latest(registry)
+        times.append(time.perf_counter() - t0)
+
+    config = Config(source=("idle:",), address="127.0.0.1", port=0, period=3600.0, window=1.0, jitter=0.0)
+    svc = Service(config, sources=[_Idle()])
+    svc.startup()
+    try:
+        deadline = time.monotonic() + 10
+        while svc.readiness()[1] == "no window expected yet" and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first (empty) round runs at start and publishes its snapshot
+        svc.collector.publish(snap)
+        url = f"http://127.0.0.1:{svc.port}/metrics"
+        http_times = []
+        size = 0
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                size = len(resp.read())
+            http_times.append(time.perf_counter() - t0)
+    finally:
+        svc.shutdown()
+    assert size >= len(body), (size, len(body))  # plus the process and GC collectors
+    return {
+        "series": sum(1 for line in body.decode().splitlines() if line and not line.startswith("#")),
+        "exposition_bytes": len(body),
+        "http_bytes": size,
+        "generate_ms_median": statistics.median(times) * 1e3,
+        "generate_ms_p99": percentile(times, 0.99) * 1e3,
+        "http_ms_median": statistics.median(http_times) * 1e3,
+        "http_ms_p99": percentile(http_times, 0.99) * 1e3,
+    }
+
+
+def bench_largest(repeats: int) -> dict[str, Any]:
+    config = Config(source=("idle:",), address="127.0.0.1", port=0)
+    svc = Service(config, sources=[_Idle()])
+    times = []
+    launches = 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = svc.process_window(CapturedWindow(source="bench", path=LARGEST))
+        times.append(time.perf_counter() - t0)
+        assert result.analysis is not None, result
+        launches = result.analysis.launch_count
+    return {
+        "file": LARGEST.name,
+        "file_mib": LARGEST.stat().st_size / 2**20,
+        "launches": launches,
+        "seconds_best": min(times),
+        "seconds_median": statistics.median(times),
+    }
+
+
+def bench_rss(windows: int) -> dict[str, Any]:
+    import logging
+
+    logging.getLogger("warpwatch").setLevel(logging.WARNING)
+    config = Config(source=("replay",), address="127.0.0.1", port=0)
+    folder = Path(tempfile.mkdtemp(prefix="bench_agent_"))
+    for i, trace in enumerate(REPLAYED):  # one replay source cycling through real traces
+        (folder / f"{i}_{trace.name}").symlink_to(trace)
+    src = ReplaySource(folder)
+    src.start()
+    svc = Service(config, sources=[src])
+    start = rss_mib()
+    samples = {0: start}
+    t0 = time.perf_counter()
+    for i in range(1, windows + 1):
+        svc.run_round()
+        if i % 100 == 0:
+            samples[i] = rss_mib()
+    elapsed = time.perf_counter() - t0
+    shutil.rmtree(folder)
+    snap = svc.collector.snapshot
+    return {
+        "windows": windows,
+        "ok": dict(snap.windows)["ok"],
+        "rss_mib_by_window": {k: round(v, 1) for k, v in samples.items()},
+        "rss_mib_after": samples[windows] if windows in samples else rss_mib(),
+        "seconds_per_window": elapsed / windows,
+        "kernel_series": len(snap.kernels),
+        "counter_series": len(snap.launches_observed) + len(snap.artifacts),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=500)
+    parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args()
+    if not LARGEST.exists():
+        print(f"shared traces missing under {SHARED} (set WARPWATCH_SHARED_TRACES)", file=sys.stderr)
+        return 2
+
+    scrape = bench_scrape(args.scrapes)
+    print(f"scrape, 8 GPUs x 50 kernels (+other): {scrape['series']} series, "
+          f"{scrape['exposition_bytes'] / 1024:.0f} KiB")
+    print(f"  exposition  median {scrape['generate_ms_median']:.2f} ms  p99 {scrape['generate_ms_p99']:.2f} ms")
+    print(f"  HTTP GET    median {scrape['http_ms_median']:.2f} ms  p99 {scrape['http_ms_p99']:.2f} ms")
+
+    largest = bench_largest(3)
+    print(f"largest shared trace as one window: {largest['file']} ({largest['file_mib']:.1f} MiB gz, "
+          f"{largest['launches']:,} kernel launches)")
+    print(f"  read + analyse  best {largest['seconds_best']:.2f} s  median {largest['seconds_median']:.2f} s")
+
+    rss = bench_rss(args.windows)
+    trail = ", ".join(f"{k}: {v}" for k, v in rss["rss_mib_by_window"].items())
+    print(f"RSS over {rss['windows']} replayed windows ({rss['ok']:.0f} ok, "
+          f"{rss['seconds_per_window'] * 1e3:.1f} ms each): {trail} MiB")
+    print(f"  after: {rss['rss_mib_after']:.1f} MiB; {rss['kernel_series']} kernel rows, "
+          f"{rss['counter_series']} counter series")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"scrape": scrape, "largest": largest, "rss": rss}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

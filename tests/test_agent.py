@@ -1,0 +1,499 @@
+"""`warpwatch run` end to end: the agent as a real subprocess, scraped over HTTP.
+
+Real traces from ../shared/traces/ go through `replay:` and `dir:`; the exported values must
+equal what `warpwatch analyze --format json` computes for the same file. Bad files dropped into
+a watched folder each fail one window while the last good snapshot keeps being served. The
+second half drives `Service` in-process, with stand-in sources, for what a subprocess cannot
+show cheaply (a source that raises or hangs, readiness over time).
+
+The helpers at the top (`Agent`, `run_cli`, `sample`) are shared with test_prometheus.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import HTA
+from warpwatch import metricdefs as md
+from warpwatch import service as service_module
+from warpwatch.capture import CapturedWindow
+from warpwatch.config import Config
+from warpwatch.names import KernelNamer
+from warpwatch.service import Service
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "warpwatch", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=_env(), check=False)
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
+    env["PYTHONPATH"] = str(ROOT / "agent") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Agent:
+    """One agent process; its stderr lines are collected as they come."""
+
+    def __init__(self, *args: str, startup_timeout: float = 20.0) -> None:
+        cmd = [sys.executable, "-m", "warpwatch", "run", "--address", "127.0.0.1", "--port", "0", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     cwd=ROOT, env=_env())
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        line = self.wait_for_line(r"event=listening|\"event\": \"listening\"", startup_timeout)
+        m = re.search(r"port[=\": ]+(\d+)", line)
+        assert m, line
+        self.port = int(m.group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for_line(self, pattern: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if rx.search(line):
+                    return line
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"agent exited with {self.proc.returncode}:\n" + "\n".join(self.lines))
+            time.sleep(0.05)
+        raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n" + "\n".join(self.lines))
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+    def scrape(self) -> Samples:
+        status, _, body = self.get("/metrics")
+        assert status == 200, body
+        return parse(body.decode())
+
+    def wait_for(self, predicate: Callable[[Samples], bool], timeout: float = 20.0) -> Samples:
+        deadline = time.monotonic() + timeout
+        while True:
+            samples = self.scrape()
+            if predicate(samples):
+                return samples
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met; log:\n" + "\n".join(self.lines[-30:]))
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 15.0) -> tuple[int, float]:
+        """SIGTERM; returns (exit status, seconds it took to exit)."""
+        t0 = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        self._reader.join(5)
+        return rc, time.monotonic() - t0
+
+
+def parse(text: str) -> Samples:
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(samples: Samples, name: str, /, **labels: Any) -> float | None:
+    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())))
+
+
+def series(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name}
+
+
+def gunzip_if(headers: dict[str, str], body: bytes) -> bytes:
+    return gzip.decompress(body) if headers.get("Content-Encoding") == "gzip" else body
+
+
+# ============================================================================================= tests
+
+
+ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+CONTROL = HTA / "trace_diff/control/control.json.gz"
+FAST = ("--period", "1s", "--window", "50ms", "--jitter", "0", "--allow-high-duty")
+
+KERNEL_FIELDS = {
+    md.KERNEL_WARPS_PER_SM: "warps_per_sm",
+    md.KERNEL_RESIDENT_WARPS_PER_SM: "resident_warps_per_sm",
+    md.KERNEL_THEORETICAL_OCCUPANCY: "theoretical_occupancy",
+    md.KERNEL_ESTIMATED_OCCUPANCY: "estimated_occupancy",
+    md.KERNEL_WAVES_PER_SM: "waves_per_sm",
+    md.KERNEL_TIME_SHARE: "time_share",
+    md.KERNEL_LAUNCH_RATE: "launch_rate",
+    md.KERNEL_REPORTED_WARPS_MIN: "reported_warps_per_sm_min",
+}
+DEVICE_FIELDS = {
+    md.GPU_RESIDENT_WARPS_PER_SM: "resident_warps_per_sm",
+    md.GPU_ESTIMATED_OCCUPANCY: "estimated_occupancy",
+    md.GPU_BUSY: "busy_ratio",
+}
+
+
+def analyze_json(path: Path) -> dict[str, Any]:
+    result = run_cli("analyze", "--format", "json", str(path))
+    assert result.returncode == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)["traces"][0]
+    return doc
+
+
+def ok_windows(samples: Samples) -> float:
+    return sample(samples, "warpwatch_windows_total", outcome="ok") or 0.0
+
+
+def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: int = 50) -> None:
+    """Every exported gauge equals the analysis JSON's number (exactly: both are repr'd floats);
+    kernels beyond the top `top_kernels` of their GPU are summed into kernel="other"."""
+    namer = KernelNamer()
+    windows = ok_windows(samples)
+    assert doc["kernels"], "the trace has kernels"
+    for gpu in sorted({k["device"] for k in doc["kernels"]}):
+        kernels = [k for k in doc["kernels"] if k["device"] == gpu]  # by GPU time, as the exporter names them
+        for k in kernels[:top_kernels]:
+            labels = {"gpu": str(gpu), "kernel": namer(k["name"])}
+            for m, field in KERNEL_FIELDS.items():
+                assert sample(samples, m.name, **labels) == k[field], (m.name, labels)
+            assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **labels) == k["samples"] * windows
+            for artifact, n in k["artifacts"].items():
+                got = sample(samples, md.exposed_name(md.PROFILER_ARTIFACTS), **labels, artifact=artifact)
+                assert got == n * windows
+        rest = kernels[top_kernels:]
+        folded = sample(samples, md.exposed_name(md.KERNELS_FOLDED), gpu=gpu)
+        assert folded == len(rest) * windows
+        if rest:
+            other = {"gpu": str(gpu), "kernel": "other"}
+            assert sample(samples, md.KERNEL_TIME_SHARE.name, **other) == pytest.approx(
+                sum(k["time_share"] for k in rest), rel=1e-12)
+            assert sample(samples, md.KERNEL_LAUNCH_RATE.name, **other) == pytest.approx(
+                sum(k["launch_rate"] for k in rest), rel=1e-12)
+            known = [k for k in rest if k["warps_per_sm"] is not None]
+            assert sample(samples, md.KERNEL_WARPS_PER_SM.name, **other) == pytest.approx(
+                sum(k["warps_per_sm"] * k["gpu_time"] for k in known) / sum(k["gpu_time"] for k in known),
+                rel=1e-12)
+            assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **other) == sum(
+                k["samples"] for k in rest) * windows
+    for d in doc["devices"]:
+        for m, field in DEVICE_FIELDS.items():
+            assert sample(samples, m.name, gpu=d["device"]) == d[field], m.name
+        if d["name"] is not None:
+            assert sample(samples, md.GPU_INFO.name, gpu=d["device"], name=d["name"],
+                          compute_capability=d["compute_capability"], sms=d["sms"]) == 1.0
+    gpus = {k["device"] for k in doc["kernels"]}
+    expected = sum(min(top_kernels + 1, sum(k["device"] == g for k in doc["kernels"])) for g in gpus)
+    assert len(series(samples, md.KERNEL_TIME_SHARE.name)) == expected
+
+
+@pytest.fixture(scope="module")
+def replay_agent() -> Iterator[Agent]:
+    agent = Agent("--source", f"replay:{ALEXNET}", *FAST)
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def test_replayed_windows_export_the_numbers_of_warpwatch_analyze(replay_agent: Agent) -> None:
+    """alexnet (A100, 108 SMs): 16 kernels, one process, rank 0."""
+    doc = analyze_json(ALEXNET)
+    samples = replay_agent.wait_for(lambda s: ok_windows(s) >= 2)
+    assert_matches_analysis(samples, doc)
+    assert sample(samples, "warpwatch_capture_duty_ratio") == 0.05
+    assert sample(samples, "warpwatch_kernels_folded_total", gpu=0) == 0.0
+    assert sample(samples, "warpwatch_build_info", version=service_module.__version__) == 1.0
+    assert sample(samples, "warpwatch_window_processing_seconds_count") == ok_windows(samples)
+
+
+def test_counters_grow_across_replayed_windows(replay_agent: Agent) -> None:
+    first = replay_agent.wait_for(lambda s: ok_windows(s) >= 1)
+    n = ok_windows(first)
+    later = replay_agent.wait_for(lambda s: ok_windows(s) >= n + 1)
+    name = md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED)
+    for labels, value in series(first, name).items():
+        assert dict(series(later, name))[labels] >= value
+
+
+def test_without_a_driver_nvml_is_reported_down_in_one_log_line(replay_agent: Agent) -> None:
+    samples = replay_agent.scrape()
+    assert sample(samples, "warpwatch_nvml_up") == 0.0
+    assert not series(samples, "warpwatch_nvml_gpu_utilization_ratio")
+    assert len([line for line in replay_agent.lines if "event=nvml_unavailable" in line]) == 1
+
+
+def test_health_readiness_and_content_negotiation(replay_agent: Agent) -> None:
+    assert replay_agent.get("/healthz")[0::2] == (200, b"ok\n")
+    status, _, body = replay_agent.get("/readyz")
+    assert status == 200, body
+    assert replay_agent.get("/nope")[0] == 404
+    status, headers, body = replay_agent.get(
+        "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"})
+    assert status == 200
+    assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = gunzip_if(headers, body).decode()
+    assert text.endswith("# EOF\n")
+    assert "warpwatch_windows_total{outcome=\"ok\"}" in text
+    status, headers, _ = replay_agent.get("/metrics")
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "Content-Encoding" not in headers
+
+
+def test_one_log_line_per_window(replay_agent: Agent) -> None:
+    replay_agent.wait_for(lambda s: ok_windows(s) >= 1)
+    window_lines = [line for line in replay_agent.lines if " event=window " in line]
+    assert window_lines
+    line = window_lines[0]
+    assert re.search(r"outcome=ok seconds=[0-9.]+ launches=79 kernels=16 gpus=0 window_ms=[0-9.]+ "
+                     r"bounds=trace_span rank=0$", line), line
+
+
+def test_bad_files_in_a_folder_each_fail_one_window_and_the_last_snapshot_stays(tmp_path: Path) -> None:
+    """control.json.gz (trace_diff) first; then garbage, a truncated gzip and an empty file."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    doc = analyze_json(CONTROL)
+    agent = Agent("--source", f"dir:{folder}", "--period", "500ms", "--window", "50ms", "--jitter", "0",
+                  "--allow-high-duty", "--collect-timeout", "1s", "--log-format", "json")
+    try:
+        shutil.copy(CONTROL, folder / "host_7.1700000000000000000.pt.trace.json.gz")
+        good = agent.wait_for(lambda s: ok_windows(s) == 1)
+        assert_matches_analysis(good, doc)
+
+        (folder / "garbage.json").write_bytes(b"\x00\x01\x02 this is not a trace")
+        (folder / "truncated.json.gz").write_bytes(CONTROL.read_bytes()[:4096])
+        (folder / "empty.json").write_bytes(b"")
+        after = agent.wait_for(lambda s: sample(s, "warpwatch_windows_total", outcome="failed") == 3)
+        assert ok_windows(after) == 1
+        gauges = [m.name for m in (*KERNEL_FIELDS, *DEVICE_FIELDS)]
+        for name in gauges:
+            assert series(after, name) == series(good, name), name
+
+        time.sleep(1.0)  # a few more rounds: nothing is processed twice
+        again = agent.scrape()
+        assert sample(again, "warpwatch_windows_total", outcome="failed") == 3
+        assert ok_windows(again) == 1
+    finally:
+        rc, _ = agent.stop()
+    assert rc == 0
+    records = [json.loads(line) for line in agent.lines]  # every line is one JSON object
+    failed = {r["file"]: r["error"] for r in records if r["event"] == "window" and r["outcome"] == "failed"}
+    assert failed.keys() == {"garbage.json", "truncated.json.gz", "empty.json"}
+    assert failed["empty.json"] == "empty file"
+    assert "truncated" in failed["truncated.json.gz"]
+    assert not any("Traceback" in line for line in agent.lines)
+
+
+def test_sigterm_stops_the_agent_within_the_window_plus_five_seconds_with_status_0(tmp_path: Path) -> None:
+    agent = Agent("--source", f"dir:{tmp_path}", "--period", "10s", "--window", "1s", "--jitter", "0")
+    agent.wait_for_line("event=source_started", 10)
+    rc, seconds = agent.stop()
+    assert rc == 0
+    assert seconds < 1 + 5
+    assert any("event=stopped" in line for line in agent.lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--source", "dir:/x", "--window", "10s"),
+         "warpwatch: error: window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, "
+         "lengthen the period, or pass --allow-high-duty"),
+        (("--source", "nfs:/x"), "warpwatch: error: source 'nfs:/x': unknown kind of source"),
+        ((), "warpwatch: error: source: no source given; add one, e.g. --source dir:/var/run/traces"),
+    ],
+)
+def test_bad_settings_exit_1_with_one_line(args: tuple[str, ...], message: str) -> None:
+    result = run_cli("run", *args, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(message)
+    assert "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("run", "--source", f"dir:{tmp_path}", "--address", "127.0.0.1", "--port", str(port))
+    assert result.returncode == 1
+    assert f"warpwatch: error: cannot listen on 127.0.0.1:{port}: Address already in use; choose another" \
+        in result.stderr
+
+
+# --------------------------------------------------------------------------------------------- in-process
+
+
+class StubSource:
+    """A stand-in source: returns queued windows, or raises / hangs when told to."""
+
+    def __init__(self, name: str = "stub:1") -> None:
+        self.name = name
+        self.queue: list[list[CapturedWindow]] = []
+        self.raise_exc: Exception | None = None
+        self.hang = threading.Event()
+        self.hanging = False
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        if self.raise_exc is not None:
+            raise self.raise_exc
+        if self.hanging:
+            self.hang.wait(30)
+        return self.queue.pop(0) if self.queue else []
+
+    def close(self) -> None:
+        self.closed = True
+        self.hang.set()
+
+
+def service_for(source: StubSource, **config: Any) -> Service:
+    settings: dict[str, Any] = {"source": ("stub:1",), "address": "127.0.0.1", "port": 0, "period": 1.0,
+                                "window": 0.05, "jitter": 0.0, "allow_high_duty": True, "collect_timeout": 0.2}
+    settings.update(config)
+    return Service(Config(**settings), sources=[source])
+
+
+def value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
+    return svc.registry.get_sample_value(md.exposed_name(m), labels)
+
+
+def test_a_source_that_raises_counts_a_failed_window_and_nothing_escapes(caplog: pytest.LogCaptureFixture) -> None:
+    src = StubSource()
+    src.raise_exc = RuntimeError("socket gone")
+    svc = service_for(src)
+    with caplog.at_level(logging.INFO):
+        svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="failed") == 1.0
+    [record] = [r for r in caplog.records if r.msg == "window"]
+    assert record.warpwatch_fields["error"] == "capture raised RuntimeError: socket gone"  # type: ignore[attr-defined]
+
+
+def test_a_window_that_failed_at_the_source_is_counted_by_its_outcome() -> None:
+    src = StubSource()
+    src.queue.append([CapturedWindow(source="stub:1", path=None, outcome="timed_out", error="no trace in 60s")])
+    svc = service_for(src)
+    svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
+
+
+def test_an_unexpected_error_in_analysis_is_one_line_and_a_failed_window(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(service_module, "analyze", boom)
+    src = StubSource()
+    done: list[bool] = []
+    src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET, on_done=done.append)])
+    svc = service_for(src)
+    with caplog.at_level(logging.INFO):
+        svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="failed") == 1.0
+    assert done == [True]
+    [record] = [r for r in caplog.records if r.msg == "window"]
+    assert record.warpwatch_fields["error"] == "unexpected ZeroDivisionError: division by zero"  # type: ignore[attr-defined]
+
+
+def test_a_hanging_source_times_out_and_is_skipped_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "CAPTURE_GRACE_S", 0.1)
+    src = StubSource()
+    src.hanging = True
+    svc = service_for(src)
+    svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
+    svc.run_round()  # still hanging: skipped, not called concurrently
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
+    src.hang.set()
+
+
+def test_shutdown_abandons_a_stuck_round_after_window_plus_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "SHUTDOWN_GRACE_S", 0.2)
+    src = StubSource()
+    src.hanging = True
+    svc = service_for(src, collect_timeout=30.0)
+    svc.startup()
+    time.sleep(0.2)  # the first round starts at once and hangs in capture
+    t0 = time.monotonic()
+    svc.shutdown()
+    assert time.monotonic() - t0 < 0.05 + 0.2 + 0.5
+    assert src.closed
+
+
+def test_readiness_follows_the_rounds() -> None:
+    now = [1000.0]
+    src = StubSource()
+    svc = Service(Config(source=("stub:1",), port=0, address="127.0.0.1", period=60.0, window=1.0, jitter=5.0,
+                         collect_timeout=30.0), sources=[src], clock=lambda: now[0])
+    svc._started_at = now[0]
+    assert svc.readiness() == (True, "no window expected yet")
+    now[0] += 60 + 5 + 1 + 30 + 10 + 1
+    assert svc.readiness() == (False, "no round finished in the 107s since start")
+    svc.run_round()
+    assert svc.readiness() == (True, "last round finished 0s ago")
+    now[0] += 200
+    assert svc.readiness()[0] is False
+
+
+def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
+    svc = service_for(StubSource())
+    text, text_type = svc.render("text/plain")
+    om, om_type = svc.render("application/openmetrics-text; version=1.0.0")
+    assert text_type.startswith("text/plain") and om_type.startswith("application/openmetrics-text")
+    assert om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1
+    assert b"process_" in text or b"python_gc" in text  # the agent's own metrics, rendered per scrape
+    cached = svc._rendered[text_type][1]
+    assert svc.render("text/plain")[0].startswith(cached)
+    assert svc._rendered[text_type][1] is cached  # same snapshot: not rendered again
+    svc.builder.record(service_module.WindowResult("stub:1", "p", "failed"), 1.0)
+    svc.collector.publish(svc.builder.snapshot())
+    assert b'warpwatch_windows_total{outcome="failed"} 1.0' in svc.render("text/plain")[0]

@@ -1,0 +1,427 @@
+"""Sources that read files (dir:, replay:), the spec registry, and NVML's error paths."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import HTA
+from warpwatch.capture import CapturedWindow, Source
+from warpwatch.capture.dirsource import DirSource, is_trace_name, labels_for
+from warpwatch.capture.registry import build_source
+from warpwatch.capture.replay import ReplaySource
+from warpwatch.config import Config
+from warpwatch.errors import CaptureError, ConfigError
+from warpwatch.nvml import Nvml
+
+CONTROL = HTA / "trace_diff/control/control.json.gz"
+ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def names(windows: list[CapturedWindow]) -> list[str]:
+    return [w.path.name for w in windows if w.path is not None]
+
+
+def finish(windows: list[CapturedWindow]) -> None:
+    for w in windows:
+        w.done(True)
+
+
+def set_mtime(path: Path, seconds: int) -> None:
+    os.utime(path, ns=(seconds * 10**9, seconds * 10**9))
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    d = tmp_path / "traces"
+    d.mkdir()
+    return d
+
+
+# --------------------------------------------------------------------------------------------- dir:
+
+
+def test_each_finished_file_is_handed_over_exactly_once(folder: Path) -> None:
+    shutil.copy(CONTROL, folder / "host_1.1700000000000000000.pt.trace.json.gz")
+    (folder / "b.json").write_text('{"traceEvents": []}')
+    src = DirSource(folder)
+    src.start()
+    first = src.capture(0.01, 1.0)
+    assert set(names(first)) == {"host_1.1700000000000000000.pt.trace.json.gz", "b.json"}
+    assert next(w for w in first if w.path and w.path.name.endswith(".gz")).labels == {"process": "host_1"}
+    finish(first)
+    assert src.capture(0.01, 1.0) == []
+    assert folder.joinpath("b.json").exists()  # not deleted unless asked
+
+
+def test_a_file_handed_over_but_not_yet_done_is_not_handed_over_again(folder: Path) -> None:
+    (folder / "a.json").write_text("{}")
+    src = DirSource(folder)
+    first = src.capture(0.01, 1.0)
+    assert names(first) == ["a.json"]
+    assert src.capture(0.01, 1.0) == []
+    first[0].done(False)  # abandoned (shutdown): offered again
+    assert names(src.capture(0.01, 1.0)) == ["a.json"]
+
+
+def test_temporary_hidden_and_foreign_files_are_ignored(folder: Path) -> None:
+    for name in ("a.json.tmp", "trace.json.gz.part", ".hidden.json", "notes.txt", "a.pt.trace.json.gz.partial"):
+        (folder / name).write_text("{}")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "x.json").write_text("{}")
+    assert DirSource(folder).capture(0.01, 1.0) == []
+    assert [is_trace_name(n) for n in ("x.json", "x.JSON.GZ", "x.pt.trace.json", "x.json.tmp", ".x.json")] == [
+        True, True, True, False, False]
+
+
+def test_an_incomplete_gzip_waits_until_complete(folder: Path) -> None:
+    data = CONTROL.read_bytes()
+    target = folder / "w.json.gz"
+    target.write_bytes(data[: len(data) // 2])
+    clock = Clock()
+    src = DirSource(folder, give_up_s=30.0, clock=clock)
+    assert src.capture(0.01, 1.0) == []  # stable, but the gzip stream is cut
+    target.write_bytes(data)
+    assert names(src.capture(0.01, 1.0)) == ["w.json.gz"]
+
+
+def test_a_file_that_never_completes_is_handed_over_after_give_up_so_its_window_fails(folder: Path) -> None:
+    (folder / "empty.json").write_bytes(b"")
+    (folder / "garbage.json").write_bytes(b"\x00\x01 not json")
+    data = CONTROL.read_bytes()
+    (folder / "cut.json.gz").write_bytes(data[:1000])
+    clock = Clock()
+    src = DirSource(folder, give_up_s=5.0, clock=clock)
+    assert src.capture(0.01, 1.0) == []
+    clock.now = 4.9
+    assert src.capture(0.01, 1.0) == []
+    clock.now = 5.0
+    windows = src.capture(0.01, 1.0)
+    assert sorted(names(windows)) == ["cut.json.gz", "empty.json", "garbage.json"]
+    finish(windows)
+    clock.now = 100.0
+    assert src.capture(0.01, 1.0) == []
+
+
+def test_a_file_still_growing_is_not_handed_over(folder: Path) -> None:
+    target = folder / "growing.json"
+    target.write_text('{"traceEvents": []}')
+
+    class Growing(DirSource):
+        def _look(self) -> Any:
+            result = super()._look()
+            with target.open("a") as f:  # the writer appends between the two looks
+                f.write(" ")
+            return result
+
+    assert Growing(folder).capture(0.01, 1.0) == []
+
+
+def test_a_file_rewritten_in_place_counts_as_new(folder: Path) -> None:
+    target = folder / "a.json"
+    target.write_text("{}")
+    set_mtime(target, 1_000)
+    src = DirSource(folder)
+    finish(src.capture(0.01, 1.0))
+    target.write_text('{"traceEvents": []}')
+    set_mtime(target, 2_000)
+    assert names(src.capture(0.01, 1.0)) == ["a.json"]
+
+
+def test_delete_processed_removes_the_file_once_done(folder: Path) -> None:
+    (folder / "a.json").write_text("{}")
+    src = DirSource(folder, delete_processed=True)
+    windows = src.capture(0.01, 1.0)
+    assert (folder / "a.json").exists()  # not before the window is analysed
+    finish(windows)
+    assert not (folder / "a.json").exists()
+
+
+def test_retention_deletes_the_oldest_processed_files_only(folder: Path) -> None:
+    for i, name in enumerate(("old.json", "mid.json", "new.json")):
+        (folder / name).write_text("{" + " " * 100 + "}")
+        set_mtime(folder / name, 1_000 + i)
+    src = DirSource(folder, retention_files=2)
+    windows = src.capture(0.01, 1.0)
+    (folder / "unprocessed.json").write_text("{}")
+    set_mtime(folder / "unprocessed.json", 10)  # the oldest of all, but not processed: kept
+    finish(windows)
+    assert sorted(p.name for p in folder.iterdir()) == ["new.json", "unprocessed.json"]
+
+
+def test_retention_by_bytes(folder: Path) -> None:
+    for i in range(4):
+        (folder / f"{i}.json").write_text("{" + " " * 998 + "}")  # 1000 bytes each
+        set_mtime(folder / f"{i}.json", 1_000 + i)
+    src = DirSource(folder, retention_bytes=2500)
+    finish(src.capture(0.01, 1.0))
+    assert sorted(p.name for p in folder.iterdir()) == ["2.json", "3.json"]
+
+
+def test_the_memory_of_processed_files_is_pruned_to_files_present(folder: Path) -> None:
+    src = DirSource(folder)
+    for i in range(50):
+        (folder / f"{i}.json").write_text("{}")
+        finish(src.capture(0.0, 1.0))
+        (folder / f"{i}.json").unlink()
+    src.capture(0.0, 1.0)
+    assert len(src._processed) == 0
+
+
+def test_a_missing_folder_is_waited_for_and_a_file_is_refused(tmp_path: Path) -> None:
+    src = DirSource(tmp_path / "later")
+    src.start()
+    assert src.capture(0.01, 1.0) == []
+    (tmp_path / "later").mkdir()
+    (tmp_path / "later" / "a.json").write_text("{}")
+    assert names(src.capture(0.01, 1.0)) == ["a.json"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CaptureError, match="is not a folder"):
+        DirSource(tmp_path / "file", name="dir:x").start()
+
+
+def test_close_interrupts_the_wait(folder: Path) -> None:
+    (folder / "a.json").write_text("{}")
+    src = DirSource(folder)
+    src.close()
+    assert src.capture(30.0, 30.0) == []
+
+
+def test_labels_from_tensorboard_trace_handler_names() -> None:
+    assert labels_for("node-3_4211.1717000000123456789.pt.trace.json.gz") == {"process": "node-3_4211"}
+    assert labels_for("trace.json") == {}
+
+
+# --------------------------------------------------------------------------------------------- replay:
+
+
+def test_replay_cycles_through_a_folder_in_sorted_order(folder: Path) -> None:
+    for name in ("b.json.gz", "a.json", "c.txt"):
+        (folder / name).write_text("{}")
+    src = ReplaySource(folder)
+    src.start()
+    got = [names(src.capture(1.0, 1.0))[0] for _ in range(5)]
+    assert got == ["a.json", "b.json.gz", "a.json", "b.json.gz", "a.json"]
+    assert all(w.requested is None for w in src.capture(1.0, 1.0))
+
+
+def test_replay_of_one_file_and_its_errors(tmp_path: Path) -> None:
+    src = ReplaySource(ALEXNET)
+    src.start()
+    assert names(src.capture(1.0, 1.0)) == [ALEXNET.name]
+    with pytest.raises(CaptureError, match="does not exist"):
+        ReplaySource(tmp_path / "nope").start()
+    with pytest.raises(CaptureError, match="no trace files"):
+        ReplaySource(tmp_path).start()
+
+
+# --------------------------------------------------------------------------------------------- registry
+
+
+CONFIG = Config(source=("dir:/x",), collect_timeout=7.0, delete_processed=True, retention_files=3)
+
+
+def test_specs_build_their_sources(tmp_path: Path) -> None:
+    d = build_source(f"dir:{tmp_path}", CONFIG)
+    assert isinstance(d, DirSource)
+    assert (d.name, d.folder, d.delete_processed, d.retention_files, d.give_up_s) == (
+        f"dir:{tmp_path}", tmp_path, True, 3, 7.0)
+    r = build_source(f"replay:{ALEXNET}", CONFIG)
+    assert isinstance(r, ReplaySource)
+    assert isinstance(r, Source)
+
+
+def test_server_and_daemon_specs_build_their_sources(tmp_path: Path) -> None:
+    v = build_source(f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2", CONFIG)
+    assert type(v).__name__ == "VllmSource"
+    assert (v.name, getattr(v, "trace_dir"), getattr(v, "expected_files")) == (  # noqa: B009
+        f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2", tmp_path, 2)
+    s = build_source(f"sglang:http://localhost:30000,dir={tmp_path},server_dir=/srv/t", CONFIG)
+    assert type(s).__name__ == "SglangSource"
+    assert getattr(s, "server_trace_dir") == "/srv/t"  # noqa: B009
+    k = build_source("kineto-daemon", Config(source=("kineto-daemon",), trace_dir=tmp_path))
+    assert type(k).__name__ == "KinetoDaemonSource"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nfs:/x", "source 'nfs:/x': unknown kind of source; use one of dir:, replay:, kineto-daemon, vllm:, "
+                   "sglang: (e.g. dir:/var/run/traces, replay:trace.json.gz, kineto-daemon, "
+                   "vllm:http://localhost:8000,dir=/traces)"),
+        ("dir:", "source 'dir:': dir: needs a folder, e.g. dir:/var/run/traces"),
+        ("replay:", "source 'replay:': replay: needs a trace file or folder"),
+        ("vllm:http://h:1,color=red", "source 'vllm:http://h:1,color=red': unknown option 'color=red'; options are "
+                                      "dir=..., token_env=..., expected_files=..."),
+        ("sglang:http://h:1,expected_files=two", "source 'sglang:http://h:1,expected_files=two': expected_files "
+                                                 "must be an integer, got 'two'"),
+    ],
+)
+def test_bad_specs_are_config_errors_naming_the_spec(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_source(spec, CONFIG)
+    assert str(info.value) == message
+
+
+# --------------------------------------------------------------------------------------------- NVML
+
+
+def test_without_a_driver_nvml_is_down_and_nothing_raises(caplog: pytest.LogCaptureFixture) -> None:
+    """Real pynvml on this machine: there is no NVIDIA driver, so nvmlInit fails."""
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver: the no-driver path cannot be tested here")
+    nvml = Nvml(pynvml)
+    with caplog.at_level("INFO"):
+        assert nvml.start() is False
+    assert [r.msg for r in caplog.records] == ["nvml_unavailable"]
+    nvml.begin()
+    assert nvml.end().up is False
+    assert nvml.gpus == ()
+    nvml.close()
+
+
+class FakeNvml:
+    """A stand-in for a GPU behind pynvml: one Hopper device with GPM; `lost` makes it fall off the bus."""
+
+    class NVMLError(Exception):
+        def __init__(self, value: int) -> None:
+            super().__init__(value)
+            self.value = value
+
+        def __str__(self) -> str:
+            return {15: "GPU is lost", 3: "Not Supported"}.get(self.value, f"NVML error {self.value}")
+
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_SM_OCCUPANCY = 3
+
+    class _Metric:
+        metricId = 0
+        nvmlReturn = 0
+        value = 0.0
+
+    class c_nvmlGpmMetricsGet_t:
+        def __init__(self) -> None:
+            self.metrics = [FakeNvml._Metric()]
+
+    def __init__(self) -> None:
+        self.lost = False
+        self.samples_taken = 0
+        self.shutdown = False
+
+    def _check(self) -> None:
+        if self.lost:
+            raise self.NVMLError(15)
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return f"h{i}"
+
+    def nvmlDeviceGetName(self, h: str) -> bytes:
+        return b"NVIDIA H200"
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: str) -> tuple[int, int]:
+        return (9, 0)
+
+    def nvmlDeviceGetNumGpuCores(self, h: str) -> int:
+        return 16896
+
+    def nvmlGpmQueryDeviceSupport(self, h: str) -> Any:
+        return type("S", (), {"isSupportedDevice": 1})()
+
+    def nvmlGpmSampleAlloc(self) -> object:
+        return object()
+
+    def nvmlGpmSampleFree(self, s: object) -> None:
+        pass
+
+    def nvmlGpmSampleGet(self, h: str, s: object) -> object:
+        self._check()
+        self.samples_taken += 1
+        return s
+
+    def nvmlGpmMetricsGet(self, get: Any) -> Any:
+        self._check()
+        get.metrics[0].value = 37.5
+        return get
+
+    def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:
+        self._check()
+        return type("U", (), {"gpu": 80})()
+
+
+def test_a_gpu_is_read_around_the_window() -> None:
+    fake = FakeNvml()
+    nvml = Nvml(fake)
+    assert nvml.start() is True
+    assert [(g.index, g.name, g.compute_capability, g.sms) for g in nvml.gpus] == [(0, "NVIDIA H200", "9.0", 132)]
+    nvml.begin()
+    assert fake.samples_taken == 1
+    reading = nvml.end()
+    assert fake.samples_taken == 2  # before and after: GPM covers the window
+    assert reading.up is True
+    assert [(g.index, g.sm_occupancy, g.utilization) for g in reading.gpus] == [(0, 0.375, 0.8)]
+    nvml.close()
+    assert fake.shutdown
+
+
+def test_a_gpu_lost_mid_run_makes_nvml_down_logs_once_and_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml()
+    nvml = Nvml(fake)
+    nvml.start()
+    fake.lost = True
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            nvml.begin()
+            reading = nvml.end()
+            assert reading.up is False
+            assert [(g.sm_occupancy, g.utilization) for g in reading.gpus] == [(None, None)]
+    errors = [r for r in caplog.records if r.msg == "nvml_error"]
+    assert len(errors) == 2  # gpm sample + utilization, each logged once however often it happens
+    assert nvml.errors == 6
+    fake.lost = False
+    nvml.begin()
+    assert nvml.end().up is True
+
+
+def test_nvml_errors_at_start_are_one_line_and_no_exception() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInit(self) -> None:
+            raise self.NVMLError(9)
+
+    nvml = Nvml(NoDriver())
+    assert nvml.start() is False
+    nvml.begin()
+    assert nvml.end().up is False
+    nvml.close()
+
+
+def test_gzip_fixture_sanity() -> None:
+    """control.json.gz is a complete gzip stream (the tests above cut it to make it incomplete)."""
+    assert gzip.decompress(CONTROL.read_bytes())[:1] == b"{"
