@@ -1,7 +1,8 @@
 """`--source SPEC` -> a `Source`. The one place that knows every spec prefix.
 
 - `dir:PATH`: finished trace files dropped into a folder (`dirsource.DirSource`);
-- `replay:PATH`: a file or folder of traces replayed in a loop (`replay.ReplaySource`);
+- `replay:PATH`: a file or folder of traces replayed in a loop (`replay.ReplaySource`); `replay:@samples`
+  replays the real traces bundled with the package;
 - `kineto-daemon[:socket_dir=PATH]`: unmodified PyTorch processes started with
   `KINETO_USE_DAEMON=1` (`daemon.KinetoDaemonSource`), traces written under `trace_dir`;
 - `vllm:URL[,dir=PATH][,token_env=VAR][,expected_files=N]`: a vLLM server's `/start_profile`
@@ -21,6 +22,10 @@ from pathlib import Path
 from ..config import Config
 from ..errors import ConfigError
 from . import Source
+
+SAMPLES_ALIAS = "@samples"
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+"""`replay:@samples` replays the real traces bundled with the package (a demo that needs no GPU)."""
 
 PREFIXES = ("dir:", "replay:", "kineto-daemon", "vllm:", "sglang:")
 EXAMPLES = "dir:/var/run/traces, replay:trace.json.gz, kineto-daemon, vllm:http://localhost:8000,dir=/traces"
@@ -69,7 +74,9 @@ def build_source(spec: str, config: Config) -> Source:
 
         path = spec[len("replay:"):]
         if not path:
-            raise ConfigError(f"source {spec!r}: replay: needs a trace file or folder")
+            raise ConfigError(f"source {spec!r}: replay: needs a trace file or folder (or @samples)")
+        if path == SAMPLES_ALIAS:
+            return ReplaySource(SAMPLES_DIR, name=spec)
         return ReplaySource(Path(path), name=spec)
     if spec == "kineto-daemon" or spec.startswith("kineto-daemon:"):
         # Implemented in warpwatch.capture.daemon (zero-code attach through Kineto's daemon protocol).
