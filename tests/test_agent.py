@@ -497,3 +497,30 @@ def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
     svc.builder.record(service_module.WindowResult("stub:1", "p", "failed"), 1.0)
     svc.collector.publish(svc.builder.snapshot())
     assert b'warpwatch_windows_total{outcome="failed"} 1.0' in svc.render("text/plain")[0]
+
+
+def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
+    """The agent started with --web-config (exporter-toolkit format, bcrypt hash) refuses scrapes
+    without the password and serves them with it; the password and the hash never reach the log."""
+    import base64
+
+    import bcrypt
+
+    password = "s3cret-pass"
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    agent = Agent("--source", "replay:@samples", "--period", "1s", "--window", "10ms", "--jitter", "0s",
+                  "--allow-high-duty", "--web-config", str(cfg))
+    try:
+        status, headers, _ = agent.get("/metrics")
+        assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Basic")
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        status, _, _ = agent.get("/metrics", {"Authorization": "Basic " + token})
+        assert status == 200
+        wrong = base64.b64encode(b"prometheus:nope").decode()
+        assert agent.get("/metrics", {"Authorization": "Basic " + wrong})[0] == 401
+    finally:
+        agent.stop()
+    log = "\n".join(agent.lines)
+    assert password not in log and hashed not in log

@@ -98,7 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gpu_properties", "path", None,
             "JSON file of device properties, for traces that carry none"),
     Setting("web_config", "path", None,
-            "Prometheus exporter-toolkit web config (TLS, basic auth); carried, not applied yet"),
+            "Prometheus exporter-toolkit web config file: TLS, client certificates, basic auth, response headers"),
 )
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 

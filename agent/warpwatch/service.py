@@ -51,6 +51,7 @@ from .logs import configure, event
 from .model import DeviceProperties
 from .nvml import Nvml, NvmlReading
 from .trace import load_gpu_properties, read_trace
+from .webconfig import WebConfig, authorize, load_web_config, secure_server
 
 log = logging.getLogger("warpwatch.service")
 
@@ -122,6 +123,8 @@ class Service:
         self.collector.publish(self.builder.snapshot())
         self._gpu_properties: dict[int, DeviceProperties] | None = None
         self._server: ThreadingHTTPServer | None = None
+        self.web: WebConfig | None = None
+        """TLS / basic auth for every HTTP path (exporter-toolkit web config), when configured."""
         self._server_thread: threading.Thread | None = None
         self._scheduler: Any = None
         self._stopping = threading.Event()
@@ -147,8 +150,7 @@ class Service:
         c = self.config
         event(log, "starting", version=__version__, **describe(c))
         if c.web_config is not None:
-            event(log, "web_config_not_applied", logging.WARNING, web_config=str(c.web_config),
-                  reason="TLS and basic auth are not implemented yet; /metrics is served over plain HTTP")
+            self.web = load_web_config(c.web_config)
         if c.gpu_properties is not None:
             self._gpu_properties = load_gpu_properties(c.gpu_properties)
         try:
@@ -182,12 +184,15 @@ class Service:
                 f"cannot listen on {c.address}:{c.port}: {exc.strerror or exc}; "
                 "choose another address or port with --address / --port") from None
         server.daemon_threads = True
+        if self.web is not None:
+            secure_server(server, self.web)
         self._server = server
         self._server_thread = threading.Thread(target=server.serve_forever, name="warpwatch-http", daemon=True)
         self._server_thread.start()
         host = c.address
+        scheme = "https" if self.web is not None and self.web.tls is not None else "http"
         event(log, "listening", address=host, port=self.port,
-              url=f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics")
+              url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics")
 
     def _start_scheduler(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
@@ -426,7 +431,15 @@ def _make_handler(service: Service) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = f"warpwatch/{__version__}"
 
+        _extra: dict[str, str] = {}  # noqa: RUF012 - per request, reset in do_GET
+
         def do_GET(self) -> None:
+            self._extra = {}
+            if service.web is not None:
+                allowed, self._extra = authorize(service.web, self.headers)
+                if not allowed:
+                    self._send(401, b"unauthorized\n")
+                    return
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 try:
@@ -456,7 +469,7 @@ def _make_handler(service: Service) -> type[BaseHTTPRequestHandler]:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
-            for k, v in (headers or {}).items():
+            for k, v in {**self._extra, **(headers or {})}.items():
                 self.send_header(k, v)
             self.end_headers()
             if self.command != "HEAD":
