@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from tracebuild import A100, kernel, span, trace_doc
 from warpwatch.analysis import analyze, launch_metrics, sampling_weight, window_of
 from warpwatch.model import KernelLaunch, TraceWindow

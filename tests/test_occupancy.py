@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from warpwatch.model import LIMITING_FACTORS, DeviceProperties
 from warpwatch.occupancy import NO_LIMIT, OccupancyResult, max_active_blocks
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from warpwatch.model import DeviceProperties
 from warpwatch.occupancy import (
     OccupancyResult,

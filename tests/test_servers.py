@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.capture.files import SettleTracker, is_complete_gzip, is_complete_trace_file
 from warpwatch.capture.servers import SglangSource, VllmSource

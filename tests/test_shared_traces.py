@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from conftest import SHARED_TRACES
 from warpwatch.analysis import analyze, launch_metrics, window_of
 from warpwatch.trace import read_trace

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tracebuild import H100, kernel, span, trace_doc, write
 from warpwatch.errors import TraceError
 from warpwatch.trace import load_gpu_properties, parse_trace, read_trace
