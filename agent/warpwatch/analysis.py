@@ -9,10 +9,13 @@ no 32-bit overflow), w = warp size, S = SM count, Wb = ceil(T / w), M = max warp
 
 from __future__ import annotations
 
+import gc
 import math
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .model import (
     ARTIFACT_KINDS,
@@ -186,34 +189,67 @@ def sampling_weight(launch: KernelLaunch, window: TraceWindow) -> float | None:
     return max(overlap, 0.0) / launch.dur
 
 
+def _config_key(launch: KernelLaunch) -> tuple[object, ...]:
+    return (launch.device, launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory)
+
+
+_GROUP_KEY = attrgetter(
+    "device", "name", "grid", "block", "registers_per_thread", "shared_memory",
+    "reported_warps_per_sm", "reported_blocks_per_sm", "reported_occupancy_pct",
+)
+"""Launches equal on these fields have equal metrics and artefacts; only ts and dur differ."""
+
+
+class _Configs:
+    """Per-launch-config metrics and per-group artefacts, each computed once."""
+
+    def __init__(self, devices: dict[int, DeviceProperties]) -> None:
+        self.devices = devices
+        self.configs: dict[tuple[object, ...], _Config] = {}
+        self.artifacts: dict[tuple[object, ...], tuple[str, ...]] = {}
+
+    def config(self, launch: KernelLaunch) -> _Config:
+        key = _config_key(launch)
+        cfg = self.configs.get(key)
+        if cfg is None:
+            cfg = self.configs[key] = _config_metrics(
+                self.devices.get(launch.device), launch.grid, launch.block,
+                launch.registers_per_thread, launch.shared_memory,
+            )
+        return cfg
+
+    def artifacts_of(self, launch: KernelLaunch, cfg: _Config) -> tuple[str, ...]:
+        key = _GROUP_KEY(launch)
+        found = self.artifacts.get(key)
+        if found is None:
+            found = self.artifacts[key] = artifacts_of(launch, self.devices.get(launch.device), cfg)
+        return found
+
+
 def launch_metrics(trace: Trace, window: TraceWindow | None = None) -> Iterator[LaunchMetrics]:
     """Every per-launch field of the spec, in trace order."""
     window = window or window_of(trace)
-    cache: dict[tuple[object, ...], _Config] = {}
-    devices = trace.devices
+    configs = _Configs(trace.devices)
     for launch in trace.launches:
-        props = devices.get(launch.device)
-        key = (launch.device, launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory)
-        cfg = cache.get(key)
-        if cfg is None:
-            cfg = _config_metrics(
-                props, launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory
-            )
-            cache[key] = cfg
-        yield LaunchMetrics(
-            launch=launch,
-            warps_per_block=cfg.warps_per_block,
-            warps_per_sm=cfg.warps_per_sm,
-            reported_warps_per_sm=launch.reported_warps_per_sm,
-            max_active_blocks_per_sm=cfg.max_active_blocks_per_sm,
-            limiting_factors=cfg.limiting_factors,
-            theoretical_occupancy=cfg.theoretical_occupancy,
-            waves_per_sm=cfg.waves_per_sm,
-            resident_warps_per_sm=cfg.resident_warps_per_sm,
-            estimated_occupancy=cfg.estimated_occupancy,
-            artifacts=artifacts_of(launch, props, cfg),
-            weight=sampling_weight(launch, window),
-        )
+        yield _metrics(launch, configs, sampling_weight(launch, window))
+
+
+def _metrics(launch: KernelLaunch, configs: _Configs, weight: float | None) -> LaunchMetrics:
+    cfg = configs.config(launch)
+    return LaunchMetrics(
+        launch=launch,
+        warps_per_block=cfg.warps_per_block,
+        warps_per_sm=cfg.warps_per_sm,
+        reported_warps_per_sm=launch.reported_warps_per_sm,
+        max_active_blocks_per_sm=cfg.max_active_blocks_per_sm,
+        limiting_factors=cfg.limiting_factors,
+        theoretical_occupancy=cfg.theoretical_occupancy,
+        waves_per_sm=cfg.waves_per_sm,
+        resident_warps_per_sm=cfg.resident_warps_per_sm,
+        estimated_occupancy=cfg.estimated_occupancy,
+        artifacts=configs.artifacts_of(launch, cfg),
+        weight=weight,
+    )
 
 
 _MEANS = ("warps_per_sm", "resident_warps_per_sm", "theoretical_occupancy", "estimated_occupancy", "waves_per_sm")
@@ -231,6 +267,102 @@ class _KernelAcc:
         self.limiters: dict[str, float] = defaultdict(float)
         self.artifacts: dict[str, int] = defaultdict(int)
 
+    def add(
+        self, lm: LaunchMetrics, n: int, sum_h: float, sum_hd: float, sum_lim: float, totals: dict[str, int]
+    ) -> None:
+        """`n` launches that share `lm`'s metrics, with Σh, Σh·d and Σ(h·d or h) over those weighted."""
+        self.n += n
+        for kind in lm.artifacts:
+            self.artifacts[kind] += n
+            totals[kind] += n
+        rep = _as_float(lm.reported_warps_per_sm)
+        if rep is not None and math.isfinite(rep):
+            self.reported_min = rep if self.reported_min is None else min(self.reported_min, rep)
+        if sum_h <= 0:
+            return
+        self.sum_h += sum_h
+        self.hd += sum_hd
+        for f in _MEANS:
+            x = getattr(lm, f)
+            if x is not None:
+                s = self.sums[f]
+                s[0] += sum_hd * x
+                s[1] += sum_hd
+        if lm.limiting_factors:
+            for factor in lm.limiting_factors:
+                self.limiters[factor] += sum_lim
+
+
+class _Group:
+    """Launches with one group key: counts and weighted sums, clipped intervals, missing time."""
+
+    __slots__ = ("first", "intervals", "missing", "n", "sum_h", "sum_hd", "sum_lim")
+
+    def __init__(self, first: KernelLaunch) -> None:
+        self.first = first
+        self.n = 0
+        self.sum_h = self.sum_hd = self.sum_lim = self.missing = 0.0
+        self.intervals: list[tuple[float, float]] = []
+
+
+def _group_launches(launches: Sequence[KernelLaunch], window: TraceWindow) -> list[_Group]:
+    """Group the launches by `_GROUP_KEY` and weigh each (as `sampling_weight`), in one pass.
+
+    This runs once per launch (hundreds of thousands in a large trace): keys and times are
+    gathered by C-level `map`s, and the loop does only the arithmetic.
+    """
+    index: dict[tuple[object, ...], int] = {}
+    gids = [index.setdefault(key, len(index)) for key in map(_GROUP_KEY, launches)]
+    first = dict(zip(reversed(gids), reversed(launches), strict=True))  # group -> its first launch
+    groups = [_Group(first[gid]) for gid in range(len(index))]
+    for gid, n in Counter(gids).items():
+        groups[gid].n = n
+    t0, t1, w = window.t0, window.t1, window.duration
+    if w <= 0:
+        return groups
+    unclipped = not window.clipped
+    for gid, ts, d in zip(gids, map(_TS, launches), map(_DUR, launches), strict=True):
+        end = ts + d
+        if ts >= t0 and end <= t1 and unclipped:
+            h = w / (w - d) if d < w else 1.0
+        elif d <= 0:
+            h = 1.0 if t0 <= ts <= t1 else 0.0
+        else:
+            overlap = (end if end < t1 else t1) - (ts if ts > t0 else t0)
+            h = overlap / d if overlap > 0 else 0.0
+        if h <= 0:
+            continue
+        g = groups[gid]
+        hd = h * d
+        g.sum_h += h
+        g.sum_hd += hd
+        g.sum_lim += hd or h
+        start = ts if ts > t0 else t0
+        stop = end if end < t1 else t1
+        if stop > start:
+            g.intervals.append((start, stop))
+            g.missing += hd - (stop - start)
+        else:
+            g.missing += hd
+    return groups
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while hundreds of thousands of acyclic tuples are built: a
+    full collection would walk every launch of the trace."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+
 
 def analyze(
     trace: Trace, *, requested: tuple[float, float] | None = None, launches: Iterable[LaunchMetrics] | None = None
@@ -238,7 +370,11 @@ def analyze(
     """Analyse one trace as one capture window (spec: per-kernel and per-device statistics).
 
     `requested` is the capture interval the source asked for, in Unix epoch microseconds; it
-    is used only when the trace has no `Trace` span event.
+    is used only when the trace has no `Trace` span event. `launches` replaces the metrics
+    computed from the trace (as `launch_metrics` would).
+
+    Launches that share name, device, launch configuration and reported values share every
+    metric: they are grouped in one pass, and the metrics are computed once per group.
     """
     window = window_of(trace, requested)
     w_us = window.duration
@@ -249,41 +385,41 @@ def analyze(
     samples: dict[int, int] = defaultdict(int)
     totals: dict[str, int] = defaultdict(int)
     count = 0
-    for lm in launches if launches is not None else launch_metrics(trace, window):
-        count += 1
-        launch = lm.launch
-        acc = per_kernel[(launch.device, launch.name)]
-        acc.n += 1
-        samples[launch.device] += 1
-        for kind in lm.artifacts:
-            acc.artifacts[kind] += 1
-            totals[kind] += 1
-        rep = _as_float(lm.reported_warps_per_sm)
-        if rep is not None and math.isfinite(rep):
-            acc.reported_min = rep if acc.reported_min is None else min(acc.reported_min, rep)
-        h = lm.weight
-        if h is None or h <= 0:
-            continue
-        d = launch.dur
-        hd = h * d
-        acc.sum_h += h
-        acc.hd += hd
-        for f in _MEANS:
-            x = getattr(lm, f)
-            if x is not None:
-                s = acc.sums[f]
-                s[0] += hd * x
-                s[1] += hd
-        if lm.limiting_factors:
-            for factor in lm.limiting_factors:
-                acc.limiters[factor] += hd or h
-        start = max(launch.ts, window.t0)
-        end = min(launch.ts + d, window.t1)
-        if end > start:
-            intervals[launch.device].append((start, end))
-        missing_time[launch.device] += hd - max(end - start, 0.0)
-        if lm.resident_warps_per_sm is not None:
-            resident_time[launch.device] += hd * lm.resident_warps_per_sm
+    if launches is None:
+        configs = _Configs(trace.devices)
+        with _gc_paused():
+            groups = _group_launches(trace.launches, window)
+        for g in groups:
+            lm = _metrics(g.first, configs, None)
+            dev = g.first.device
+            count += g.n
+            samples[dev] += g.n
+            per_kernel[(dev, g.first.name)].add(lm, g.n, g.sum_h, g.sum_hd, g.sum_lim, totals)
+            intervals[dev].extend(g.intervals)
+            missing_time[dev] += g.missing
+            if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
+                resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
+    else:
+        for lm in launches:
+            count += 1
+            launch = lm.launch
+            dev = launch.device
+            samples[dev] += 1
+            h = lm.weight
+            weighted = h is not None and h > 0
+            h = h if h is not None and h > 0 else 0.0
+            d = launch.dur
+            hd = h * d
+            per_kernel[(dev, launch.name)].add(lm, 1, h, hd, hd or h, totals)
+            if not weighted:
+                continue
+            start = max(launch.ts, window.t0)
+            end = min(launch.ts + d, window.t1)
+            if end > start:
+                intervals[dev].append((start, end))
+            missing_time[dev] += hd - max(end - start, 0.0)
+            if lm.resident_warps_per_sm is not None:
+                resident_time[dev] += hd * lm.resident_warps_per_sm
 
     kernels = [
         _kernel_stats(dev, name, acc, w_us) for (dev, name), acc in per_kernel.items()

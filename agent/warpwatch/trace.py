@@ -4,6 +4,19 @@ Reading is split from parsing: `read_trace` loads (and gunzips) a file under a s
 `parse_trace` decodes bytes. Decoding uses msgspec typed structs that name only the fields
 the analysis needs, so every other key of every event is skipped without being built.
 
+Speed on large traces (see benchmarks/README.md):
+- Events are a tagged union on `ph`: only complete events ("X") get a struct with fields;
+  every other phase (flows, instants, metadata...) is validated and skipped. `name` and
+  `args` stay raw JSON until an event turns out to be a kernel (so only kernels' args must
+  be objects: the args of other events are never read).
+- A large document is decoded in pieces of about `PART_BYTES`, cut between two events of
+  `traceEvents` (at `}`, `,`, `{` with a newline in between: never inside a JSON string).
+  Every byte is still decoded strictly, and a piece that does not decode as a list of whole
+  events means the cut was wrong: the document is then decoded in one piece, as before. The
+  pieces are shared between processes (`os.fork`: the GIL does not allow threads to decode
+  in parallel) when the machine has several cores and the caller runs no other thread.
+- A plain file is never read whole: each process reads its own pieces (`os.pread`).
+
 Kineto has written invalid JSON (bare `inf`/`-inf`/`nan` tokens, raw control characters
 inside strings). The fast path is strict; only when it fails to decode do we sanitise the
 bytes (`_sanitize`) and decode again. Any failure becomes one `TraceError` naming the file.
@@ -11,14 +24,22 @@ bytes (`_sanitize`) and decode again. Any failure becomes one `TraceError` namin
 
 from __future__ import annotations
 
+import gc
 import gzip
 import math
 import os
 import re
+import select
+import signal
+import struct
+import tempfile
+import threading
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Protocol, Union
 
 import msgspec
 
@@ -31,9 +52,26 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
 GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
 
+PART_BYTES = 8 * 1024**2
+"""Size of one piece of a large document (decoded, then dropped before the next)."""
+PARTS_MIN_BYTES = 4 * PART_BYTES
+"""Documents at least this large are decoded in pieces; smaller ones in one go."""
+PARALLEL_MIN_BYTES = 32 * 1024**2
+"""Documents at least this large are decoded by several processes when `workers` allows."""
+MAX_WORKERS = 8
 
-class _Args(msgspec.Struct):
-    """The kernel args we read; the raw JSON names are mapped here, once."""
+_SPLIT_MARK = "__warpwatch_split__"
+_NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+_Dims = tuple[_NonNegative, _NonNegative, _NonNegative]
+_RAW_NULL = msgspec.Raw(b"null")
+
+
+# --- What is decoded. Two sets of types: strict ones that make the common case fast, and
+# permissive ones (every field Any) used when the strict ones reject a piece of the document.
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The kernel args we read; the raw JSON names are mapped here, once. Permissive."""
 
     device: Any = None
     stream: Any = None
@@ -46,15 +84,53 @@ class _Args(msgspec.Struct):
     occupancy_pct: Any = msgspec.field(default=None, name="est. achieved occupancy %")
 
 
-class _Event(msgspec.Struct):
+class _KernelArgs(msgspec.Struct, gc=False):
+    """The same args with the types every Kineto version writes; anything else -> `_Args`."""
+
+    device: int | None = None
+    stream: int | str | None = None
+    grid: _Dims | None = None
+    block: _Dims | None = None
+    registers_per_thread: _NonNegative | None = msgspec.field(default=None, name="registers per thread")
+    shared_memory: _NonNegative | None = msgspec.field(default=None, name="shared memory")
+    warps_per_sm: float | str | None = msgspec.field(default=None, name="warps per SM")
+    blocks_per_sm: float | str | None = msgspec.field(default=None, name="blocks per SM")
+    occupancy_pct: float | str | None = msgspec.field(default=None, name="est. achieved occupancy %")
+
+
+class _Event(msgspec.Struct, gc=False):
+    """Any event, permissive."""
+
     ph: Any = None
     cat: Any = None
-    name: Any = None
+    name: msgspec.Raw = _RAW_NULL
     pid: Any = None
-    tid: Any = None
     ts: Any = None
     dur: Any = None
-    args: _Args | None = None
+    args: msgspec.Raw = _RAW_NULL
+
+
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event ("ph": "X"): kernels, memcpy, memset, the Trace span, CPU ops..."""
+
+    cat: str | None = None
+    name: msgspec.Raw = _RAW_NULL
+    pid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    args: msgspec.Raw = _RAW_NULL
+
+
+def _skipped_phase(ph: str) -> type[msgspec.Struct]:
+    """An event of another phase: validated, its fields skipped, never a GPU activity."""
+    ns = {"__annotations__": {"cat": ClassVar[None]}, "cat": None}
+    return msgspec.defstruct(f"_Phase_{ord(ph)}", [], namespace=ns, tag_field="ph", tag=ph, gc=False)
+
+
+# Every phase of the Trace Event Format besides "X"; an event with another (or no) "ph" makes
+# the strict decoder fail and the permissive one take over.
+_OTHER_PHASES = tuple(_skipped_phase(ph) for ph in "BEiICbnestfPONDMVvRc()")
+_FastEvent: Any = Union.__getitem__((_Complete, *_OTHER_PHASES))
 
 
 class _TraceFile(msgspec.Struct):
@@ -65,8 +141,79 @@ class _TraceFile(msgspec.Struct):
     schemaVersion: Any = None
 
 
-_EMPTY_ARGS = _Args()
+class _FastTraceFile(msgspec.Struct):
+    traceEvents: list[_FastEvent] = msgspec.field(default_factory=list)
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    schemaVersion: Any = None
+
+
+class _Launch(msgspec.Struct, gc=False):
+    """A KernelLaunch on its way (cheap to build, to send between processes, to convert)."""
+
+    name: str
+    device: int
+    ts: float
+    dur: float
+    stream: int | str | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
+    registers_per_thread: int | None
+    shared_memory: int | None
+    reported_warps_per_sm: float | str | None
+    reported_blocks_per_sm: float | str | None
+    reported_occupancy_pct: float | str | None
+
+
+class _Scanned(msgspec.Struct, array_like=True, gc=False):
+    """What one piece of `traceEvents` contributes to the Trace."""
+
+    launches: list[_Launch]
+    spans: list[tuple[Any, Any]]
+    """ts and dur of every Trace event, in order (the first valid one is the span)."""
+    gpu_lo: float
+    gpu_hi: float
+
+
+class _Received(msgspec.Struct, array_like=True):
+    """`_Scanned` as it arrives from a worker process, launches already built."""
+
+    launches: list[KernelLaunch]
+    spans: list[tuple[Any, Any]]
+    gpu_lo: float
+    gpu_hi: float
+
+
 _TOP: msgspec.json.Decoder[_TraceFile | list[_Event]] = msgspec.json.Decoder(_TraceFile | list[_Event])
+_TOP_FAST: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_FastTraceFile | list[_FastEvent])
+_PART: msgspec.json.Decoder[list[_Event]] = msgspec.json.Decoder(list[_Event])
+_PART_FAST: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[_FastEvent])
+_VALUES: msgspec.json.Decoder[list[Any]] = msgspec.json.Decoder(list[Any])
+_KERNEL_ARGS: msgspec.json.Decoder[list[_KernelArgs | None]] = msgspec.json.Decoder(list[_KernelArgs | None])
+_ONE_ARGS: msgspec.json.Decoder[_Args | None] = msgspec.json.Decoder(_Args | None)
+_SEND = msgspec.msgpack.Encoder()
+_RECEIVE: msgspec.msgpack.Decoder[_Received] = msgspec.msgpack.Decoder(_Received)
+_EMPTY_ARGS = _KernelArgs()
+_EMPTY_PERMISSIVE_ARGS = _Args()
+_INTERESTING = GPU_CATEGORIES | {"Trace"}
+
+
+class _Irregular(Exception):
+    """A piece did not decode as whole events, or holds a bad event: decode the document in one go."""
+
+
+class _BadEvent(Exception):
+    """An event the Trace cannot be built from; `_describe_bad_event` finds its index for the message."""
+
+    def __init__(self, event: Any, problem: str, detail: str = "") -> None:
+        super().__init__(problem)
+        self.event = event
+        self.problem = problem
+        self.detail = detail
+
+
+# --- Public API
 
 
 def read_trace(
@@ -74,16 +221,26 @@ def read_trace(
     *,
     max_bytes: int | None = None,
     gpu_properties: Mapping[int, DeviceProperties] | None = None,
+    workers: int | None = None,
 ) -> Trace:
     """Read one trace file (`.json` or gzip-compressed) and parse it.
 
     `max_bytes` caps the decompressed size (default `DEFAULT_MAX_BYTES`); a larger file
     fails with a TraceError instead of exhausting memory. `gpu_properties` supply device
-    properties for traces that carry none (the trace's own take precedence).
+    properties for traces that carry none (the trace's own take precedence). `workers` caps
+    the processes that decode a large trace (default: one per core, see `parse_trace`).
     """
     name = os.fspath(path)
-    data = load_bytes(name, max_bytes=DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
-    return parse_trace(data, name, gpu_properties=gpu_properties)
+    cap = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    source = _FileSource.open_plain(name, cap)
+    if source is not None:
+        with source:
+            doc = _parse_in_parts(source, _workers(workers, source.size))
+        if doc is not None:
+            return _build(doc, name, gpu_properties)
+    # Small, gzipped, or not decodable in pieces (then not worth a second try in pieces).
+    data = load_bytes(name, max_bytes=cap)
+    return _parse(data, name, gpu_properties, workers, pieces=source is None)
 
 
 def load_bytes(path: str, *, max_bytes: int) -> bytes:
@@ -110,63 +267,569 @@ def load_bytes(path: str, *, max_bytes: int) -> bytes:
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
-        raise TraceError(
-            path, f"larger than the {max_bytes:,}-byte limit once decompressed (raise max_trace_bytes to read it)"
-        )
-    if not data.strip():
+        raise TraceError(path, _too_large(max_bytes))
+    if not data or data.isspace():  # (not data.strip(): that copies the whole file)
         raise TraceError(path, "empty file")
     return data
 
 
 def parse_trace(
-    data: bytes, path: str = "<bytes>", *, gpu_properties: Mapping[int, DeviceProperties] | None = None
+    data: bytes,
+    path: str = "<bytes>",
+    *,
+    gpu_properties: Mapping[int, DeviceProperties] | None = None,
+    workers: int | None = None,
 ) -> Trace:
-    """Decode a trace document (object with `traceEvents`, or a bare event list)."""
-    top = _decode(_TOP, data, path)
-    if isinstance(top, list):
-        events: list[_Event] = top
-        header = _TraceFile()
-    else:
-        header = top
-        events = header.traceEvents
-        if not events and header.deviceProperties is None and header.schemaVersion is None:
-            raise TraceError(path, "not a Kineto trace (no traceEvents, deviceProperties or schemaVersion)")
+    """Decode a trace document (object with `traceEvents`, or a bare event list).
 
+    A large document is decoded by up to `workers` processes (default: one per core, at most
+    `MAX_WORKERS`; only when the calling process runs no other thread, since it forks).
+    """
+    return _parse(data, path, gpu_properties, workers, pieces=True)
+
+
+def _parse(
+    data: bytes,
+    path: str,
+    gpu_properties: Mapping[int, DeviceProperties] | None,
+    workers: int | None,
+    *,
+    pieces: bool,
+) -> Trace:
+    try:
+        try:
+            doc = _decode(data, path, workers) if pieces else _parse_whole(data, path)
+        except msgspec.DecodeError as exc:
+            fixed = _sanitize(data)
+            if fixed == data:
+                raise TraceError(path, _describe_decode_error(data, exc)) from None
+            try:
+                doc = _decode(fixed, path, workers)
+            except msgspec.DecodeError:
+                raise TraceError(path, _describe_decode_error(data, exc)) from None
+    except RecursionError:  # msgspec decodes nested arrays and objects recursively
+        raise TraceError(path, "invalid JSON (arrays or objects nested too deeply)") from None
+    return _build(doc, path, gpu_properties)
+
+
+# --- Decoding
+
+
+@dataclass
+class _Document:
+    """A decoded trace before device properties are resolved."""
+
+    header: _TraceFile | _FastTraceFile
+    has_events: bool
+    launches: list[KernelLaunch]
+    span: TraceWindow | None
+    gpu_lo: float
+    gpu_hi: float
+
+
+def _decode(data: bytes, path: str, workers: int | None) -> _Document:
+    """Strict decode of the whole document; raises msgspec.DecodeError for invalid JSON."""
+    if len(data) >= PARTS_MIN_BYTES:
+        doc = _parse_in_parts(_BytesSource(data), _workers(workers, len(data)))
+        if doc is not None:
+            return doc
+    return _parse_whole(data, path)
+
+
+def _parse_whole(data: bytes, path: str) -> _Document:
+    """Decode the document in one go; every error names its event by index."""
+    with _gc_paused():
+        try:
+            try:
+                top = _TOP_FAST.decode(data)
+                fast = True
+            except msgspec.ValidationError:
+                top = _TOP.decode(data)
+                fast = False
+        except msgspec.ValidationError as exc:
+            raise TraceError(path, f"unexpected structure: {exc}") from None
+        if isinstance(top, list):
+            events: list[Any] = top
+            header: _TraceFile | _FastTraceFile = _TraceFile()
+        else:
+            header, events = top, top.traceEvents
+        try:
+            scanned = _scan(events, fast)
+            span = _first_span(scanned.spans)
+        except _BadEvent as bad:
+            raise TraceError(path, _describe_bad_event(bad, events)) from None
+        launches = msgspec.convert(scanned.launches, list[KernelLaunch], from_attributes=True)
+    return _Document(header, bool(events), launches, span, scanned.gpu_lo, scanned.gpu_hi)
+
+
+def _scan(events: list[Any], fast: bool) -> _Scanned:
+    """The Trace's share of a list of events: launches, Trace spans, GPU extent.
+
+    `fast`: the events are `_FastEvent`s (checked types); else permissive `_Event`s.
+    Raises _BadEvent for a GPU event without valid times or with args that are no object.
+    """
+    if not fast:
+        events = [ev for ev in events if ev.ph == "X" and isinstance(ev.cat, str)]
+    isfinite = math.isfinite
+    spans: list[tuple[Any, Any]] = []
+    kernels: list[tuple[Any, float, float]] = []
+    lo = math.inf
+    hi = -math.inf
+    for ev in events:
+        cat = ev.cat
+        if cat not in _INTERESTING:
+            continue
+        ts = ev.ts
+        dur = ev.dur
+        if cat == "Trace":
+            spans.append((ts, dur))
+            continue
+        if ts.__class__ is not float or dur.__class__ is not float:
+            ts = _finite_number(ts)
+            dur = _finite_number(dur)
+            if ts is None or dur is None:
+                raise _BadEvent(ev, "times")
+        if not (dur >= 0 and isfinite(ts) and isfinite(dur)):
+            raise _BadEvent(ev, "times")
+        if ts < lo:
+            lo = ts
+        if ts + dur > hi:
+            hi = ts + dur
+        if cat in KERNEL_CATEGORIES:
+            kernels.append((ev, ts, dur))
+    return _Scanned(_launches(kernels), spans, lo, hi)
+
+
+def _launches(kernels: list[tuple[Any, float, float]]) -> list[_Launch]:
+    """Kernel events -> launches. Names and args are decoded here, for kernels only, in one go."""
+    if not kernels:
+        return []
+    names = _VALUES.decode(b"[" + b",".join([k[0].name for k in kernels]) + b"]")
+    try:
+        args = _KERNEL_ARGS.decode(b"[" + b",".join([k[0].args for k in kernels]) + b"]")
+    except msgspec.ValidationError:
+        return [_launch_permissive(ev, name, ts, dur) for (ev, ts, dur), name in zip(kernels, names, strict=True)]
+    out = []
+    for (ev, ts, dur), name, a in zip(kernels, names, args, strict=True):
+        if a is None:
+            a = _EMPTY_ARGS
+        device = a.device
+        if device is None:
+            device = ev.pid if ev.pid.__class__ is int else -1
+        warps, blocks, occupancy = a.warps_per_sm, a.blocks_per_sm, a.occupancy_pct
+        if warps.__class__ is str or blocks.__class__ is str or occupancy.__class__ is str:
+            warps, blocks, occupancy = _reported(warps), _reported(blocks), _reported(occupancy)
+        out.append(
+            _Launch(
+                name if name.__class__ is str else str(name),
+                device,
+                ts,
+                dur,
+                a.stream,
+                a.grid,
+                a.block,
+                a.registers_per_thread,
+                a.shared_memory,
+                warps,
+                blocks,
+                occupancy,
+            )
+        )
+    return out
+
+
+def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> _Launch:
+    try:
+        args = _ONE_ARGS.decode(ev.args) or _EMPTY_PERMISSIVE_ARGS
+    except msgspec.ValidationError as exc:
+        raise _BadEvent(ev, "args", str(exc)) from None
+    device = args.device if _is_int(args.device) else ev.pid if _is_int(ev.pid) else -1
+    stream = args.stream if _is_int(args.stream) or isinstance(args.stream, str) else None
+    regs = args.registers_per_thread
+    smem = args.shared_memory
+    return _Launch(
+        name=name if isinstance(name, str) else str(name),
+        device=device,
+        ts=ts,
+        dur=dur,
+        stream=stream,
+        grid=_dims(args.grid),
+        block=_dims(args.block),
+        registers_per_thread=regs if _is_int(regs) and regs >= 0 else None,
+        shared_memory=smem if _is_int(smem) and smem >= 0 else None,
+        reported_warps_per_sm=_reported(args.warps_per_sm),
+        reported_blocks_per_sm=_reported(args.blocks_per_sm),
+        reported_occupancy_pct=_reported(args.occupancy_pct),
+    )
+
+
+def _first_span(spans: Iterable[tuple[Any, Any]]) -> TraceWindow | None:
+    """The first Trace event with a positive duration (an invalid one before it is an error)."""
+    for k, (ts, dur) in enumerate(spans):
+        t = _finite_number(ts)
+        d = _finite_number(dur)
+        if t is None or d is None or d < 0:
+            raise _BadEvent(k, "span")
+        if d > 0:
+            return TraceWindow(t, t + d, "trace_span")
+    return None
+
+
+def _describe_bad_event(bad: _BadEvent, events: list[Any]) -> str:
+    """The TraceError message for a bad event, which is found again in `events` for its index."""
+    if bad.problem == "span":  # bad.event is the rank of the span among Trace events
+        spans = (i for i, ev in enumerate(events) if ev.cat == "Trace" and getattr(ev, "ph", "X") == "X")
+        index = next(i for k, i in enumerate(spans) if k == bad.event)
+    else:
+        index = next(i for i, ev in enumerate(events) if ev is bad.event)
+    ev = events[index]
+    if bad.problem == "args":
+        return f"unexpected structure: {bad.detail} - at `$.traceEvents[{index}].args`"
+    try:
+        name = msgspec.json.decode(ev.name)
+    except msgspec.DecodeError:
+        name = ev.name
+    return (
+        f"traceEvents[{index}] ({ev.cat!s:.20} {name!s:.60}): ts/dur must be finite numbers, "
+        f"dur >= 0 (got ts={ev.ts!r:.30}, dur={ev.dur!r:.30})"
+    )
+
+
+# --- Large documents: pieces, processes
+
+
+class _Source(Protocol):
+    size: int
+
+    def window(self, lo: int, hi: int) -> bytes | memoryview: ...
+
+    def fill(self, buf: bytearray, at: int, lo: int, hi: int) -> None: ...
+
+
+class _BytesSource:
+    def __init__(self, data: bytes) -> None:
+        self.view = memoryview(data)
+        self.size = len(data)
+
+    def window(self, lo: int, hi: int) -> memoryview:
+        return self.view[lo:hi]
+
+    def fill(self, buf: bytearray, at: int, lo: int, hi: int) -> None:
+        buf[at : at + hi - lo] = self.view[lo:hi]
+
+
+class _FileSource:
+    """A plain (not gzipped) trace file read piecewise, each process reading its own pieces."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+
+    @classmethod
+    def open_plain(cls, path: str, max_bytes: int) -> _FileSource | None:
+        """The file, when it is large enough to be decoded in pieces and not gzipped."""
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None  # load_bytes reports it
+        try:
+            size = os.fstat(fd).st_size
+            if size > max_bytes and os.pread(fd, 2, 0) != b"\x1f\x8b":
+                raise TraceError(path, _too_large(max_bytes))
+            if size >= PARTS_MIN_BYTES and os.pread(fd, 2, 0) != b"\x1f\x8b":
+                return cls(fd, size)
+        except OSError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        return None
+
+    def __enter__(self) -> _FileSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def window(self, lo: int, hi: int) -> bytes:
+        return os.pread(self.fd, hi - lo, lo)
+
+    def fill(self, buf: bytearray, at: int, lo: int, hi: int) -> None:
+        view = memoryview(buf)
+        while lo < hi:
+            n = os.preadv(self.fd, [view[at : at + hi - lo]], lo)
+            if n <= 0:
+                raise _Irregular("file shrank while being read")
+            at += n
+            lo += n
+
+
+# `}` , `{` between two events; only a cut with a newline in it is taken (a JSON string holds no
+# raw newline, so such a cut is never inside a string).
+_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+_SEARCH_BYTES = 1024**2
+
+
+def _cuts(source: _Source) -> list[tuple[int, int]] | None:
+    """Byte ranges (start, end) that tile the document: the head (up to the first cut between
+    two events), pieces of about PART_BYTES, and the tail (the last 64 KiB or so)."""
+    size = source.size
+    edge = 64 * 1024
+    key = re.search(rb'"traceEvents"', source.window(0, min(size, 4 * 1024**2)))
+    first = (key.start() if key else 0) + edge
+    targets = [first, *range(first + PART_BYTES, size - edge - PART_BYTES // 4, PART_BYTES), size - edge]
+    bounds = [0]
+    for target in targets:
+        if target <= bounds[-1]:
+            continue
+        cut = _find_cut(source, target)
+        if cut is not None and cut[1] < size:
+            bounds.extend(cut)
+    bounds.append(size)
+    if len(bounds) < 6:  # fewer than two cuts: not worth it, or not a Kineto layout
+        return None
+    return list(zip(bounds[::2], bounds[1::2], strict=True))
+
+
+def _find_cut(source: _Source, target: int) -> tuple[int, int] | None:
+    window = source.window(target, min(source.size, target + _SEARCH_BYTES))
+    for m in _BETWEEN_EVENTS.finditer(window):
+        if b"\n" in m.group():
+            return target + m.start() + 1, target + m.end() - 1
+    return None
+
+
+def _parse_in_parts(source: _Source, workers: int) -> _Document | None:
+    """Decode the head, the pieces and the tail; None when the document cannot be cut this way."""
+    ranges = _cuts(source)
+    if ranges is None:
+        return None
+    (head_lo, head_hi), *middle, (tail_lo, tail_hi) = ranges
+    with _gc_paused():
+        try:
+            head, head_events = _decode_edge(source, head_lo, head_hi, at_start=True)
+            tail, tail_events = _decode_edge(source, tail_lo, tail_hi, at_start=False)
+            scanned = _scan_parallel(source, middle, workers)
+            if scanned is None:
+                return None
+            first = _received(_scan(head_events, fast=False))
+            last = _received(_scan(tail_events, fast=False))
+            pieces = [first, *scanned, last]
+            span = _first_span(s for p in pieces for s in p.spans)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, _Irregular, _BadEvent):
+            return None
+    if isinstance(head, _TraceFile) and isinstance(tail, _TraceFile):
+        for field in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion"):
+            if getattr(tail, field) is not None:
+                setattr(head, field, getattr(tail, field))
+    launches = [launch for p in pieces for launch in p.launches]
+    header = head if isinstance(head, _TraceFile) else _TraceFile()
+    return _Document(
+        header, True, launches, span, min(p.gpu_lo for p in pieces), max(p.gpu_hi for p in pieces)
+    )
+
+
+def _decode_edge(source: _Source, lo: int, hi: int, *, at_start: bool) -> tuple[Any, list[_Event]]:
+    """The head (document start up to the first cut) or the tail (last cut to the end).
+
+    A marker event closes the head's `traceEvents` (or opens the tail's): finding it where it
+    was put proves the cut is between two events of `traceEvents`, not in another array.
+    """
+    text = source.window(lo, hi)
+    is_list = bytes(source.window(0, 64)).lstrip()[:1] == b"["
+    mark = b'{"ph":"X","cat":"' + _SPLIT_MARK.encode() + b'"}'
+    if at_start:
+        top = _TOP.decode(b"".join([text, b",", mark, b"]" if is_list else b"]}"]))
+    else:
+        top = _TOP.decode(b"".join([b"[" if is_list else b'{"traceEvents":[', mark, b",", text]))
+    events = top if isinstance(top, list) else top.traceEvents
+    if not events or (events[-1] if at_start else events[0]).cat != _SPLIT_MARK:
+        raise _Irregular("the cut is not between two trace events")
+    return top, (events[:-1] if at_start else events[1:])
+
+
+def _scan_range(source: _Source, lo: int, hi: int, buf: bytearray) -> _Scanned:
+    """Decode one piece (a run of whole events) and keep what the Trace needs from it."""
+    n = hi - lo
+    if len(buf) < n + 2:
+        buf.extend(bytes(n + 2 - len(buf)))
+    buf[0] = ord("[")
+    source.fill(buf, 1, lo, hi)
+    buf[n + 1] = ord("]")
+    text = memoryview(buf)[: n + 2]
+    try:
+        return _scan(_PART_FAST.decode(text), fast=True)
+    except msgspec.ValidationError:
+        return _scan(_PART.decode(text), fast=False)
+
+
+def _scan_parallel(source: _Source, ranges: Sequence[tuple[int, int]], workers: int) -> list[_Received] | None:
+    """Scan the pieces in `workers` processes; results in document order, None on any failure.
+
+    The piece numbers wait in a pipe that every process reads from, so each takes the next
+    piece when it is free: the parent, which also rebuilds the other processes' launches,
+    simply scans fewer. Children send each piece's result as soon as it is ready.
+    """
+    if workers <= 1 or len(ranges) < 2 or len(ranges) * _PIECE.size > 32 * 1024:  # (the pipe holds 64 KiB)
+        buf = bytearray()
+        return [_received(_scan_range(source, lo, hi, buf)) for lo, hi in ranges]
+    results: list[_Received | None] = [None] * len(ranges)
+    todo_r, todo_w = os.pipe()
+    os.write(todo_w, b"".join(_PIECE.pack(i) for i in range(len(ranges))))
+    os.close(todo_w)
+    children: list[_Child] = []
+    try:
+        for _ in range(min(workers, len(ranges)) - 1):
+            children.append(_fork_scanner(source, ranges, todo_r))
+        buf = bytearray()
+        while (i := _next_piece(todo_r)) is not None:
+            results[i] = _received(_scan_range(source, *ranges[i], buf))
+            for child in children:
+                child.receive(results, wait=False)
+        del buf
+        for child in children:
+            child.receive(results, wait=True)
+    finally:
+        os.close(todo_r)
+        for child in children:
+            child.close()
+    complete = [r for r in results if r is not None]
+    return complete if len(complete) == len(results) else None
+
+
+_PIECE = struct.Struct("<I")
+_NOTE = struct.Struct("<IQQ")  # piece number, offset and size of its result in the child's scratch file
+
+
+def _next_piece(todo: int) -> int | None:
+    data = os.read(todo, _PIECE.size)  # pipe reads this small are atomic: no piece is taken twice
+    return _PIECE.unpack(data)[0] if data else None
+
+
+class _Child:
+    """A scanning child process. Each result goes to a scratch file (writing never waits for
+    the parent), and a 20-byte note on a pipe says where it is."""
+
+    def __init__(self, pid: int, notes: int, store: int) -> None:
+        self.pid = pid
+        self.notes = notes
+        self.store = store
+        self.pending = b""
+        self.done = False
+
+    def receive(self, results: list[_Received | None], *, wait: bool) -> None:
+        """Decode the pieces finished so far, or (`wait`) every piece until the child is done."""
+        while not self.done and (wait or select.select([self.notes], [], [], 0)[0]):
+            data = os.read(self.notes, 64 * 1024)
+            if not data:
+                self.done = True
+                return
+            data = self.pending + data
+            whole = len(data) - len(data) % _NOTE.size
+            for piece, offset, size in _NOTE.iter_unpack(data[:whole]):
+                results[piece] = _RECEIVE.decode(os.pread(self.store, size, offset))
+            self.pending = data[whole:]
+
+    def close(self) -> None:
+        with suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)  # a child still running here is no longer needed
+        os.waitpid(self.pid, 0)
+        os.close(self.notes)
+        os.close(self.store)
+
+
+def _fork_scanner(source: _Source, ranges: Sequence[tuple[int, int]], todo: int) -> _Child:
+    """A child process that scans the pieces it takes from `todo` and stores each result."""
+    notes_r, notes_w = os.pipe()
+    store = _scratch_file()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns; sends nothing more after a failure
+        code = 1
+        try:
+            os.close(notes_r)
+            buf = bytearray()
+            offset = 0
+            while (i := _next_piece(todo)) is not None:
+                payload = _SEND.encode(_scan_range(source, *ranges[i], buf))
+                _write_all(store, payload)
+                os.write(notes_w, _NOTE.pack(i, offset, len(payload)))  # atomic: shorter than PIPE_BUF
+                offset += len(payload)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(notes_w)
+    return _Child(pid, notes_r, store)
+
+
+def _scratch_file() -> int:
+    """An anonymous file (in memory where the OS allows) for a child's results."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("warpwatch-trace", getattr(os, "MFD_CLOEXEC", 0))
+    with tempfile.TemporaryFile() as tmp:
+        return os.dup(tmp.fileno())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _received(scanned: _Scanned) -> _Received:
+    launches = msgspec.convert(scanned.launches, list[KernelLaunch], from_attributes=True)
+    return _Received(launches, scanned.spans, scanned.gpu_lo, scanned.gpu_hi)
+
+
+def _workers(requested: int | None, size: int) -> int:
+    """How many processes decode a document of `size` bytes."""
+    if requested is not None:
+        n = requested
+    else:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            n = os.cpu_count() or 1
+        n = min(n, MAX_WORKERS)
+    if n <= 1 or size < PARALLEL_MIN_BYTES or not hasattr(os, "fork"):
+        return 1
+    # Forking a process that runs other threads can deadlock the child (locks held by them).
+    if threading.active_count() > 1 or threading.current_thread() is not threading.main_thread():
+        return 1
+    return n
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while millions of acyclic objects are being built."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# --- From decoded parts to a Trace
+
+
+def _build(doc: _Document, path: str, gpu_properties: Mapping[int, DeviceProperties] | None) -> Trace:
+    header = doc.header
+    if not doc.has_events and header.deviceProperties is None and header.schemaVersion is None:
+        raise TraceError(path, "not a Kineto trace (no traceEvents, deviceProperties or schemaVersion)")
     warnings: list[str] = []
     devices = _device_properties(header.deviceProperties, path, warnings)
     for dev_id, props in (gpu_properties or {}).items():
         devices.setdefault(dev_id, props)
-
-    launches: list[KernelLaunch] = []
-    span: TraceWindow | None = None
-    gpu_lo = math.inf
-    gpu_hi = -math.inf
-    for index, ev in enumerate(events):
-        if ev.ph != "X":
-            continue
-        cat = ev.cat
-        if cat == "Trace":
-            if span is None:
-                ts, dur = _times(ev, path, index)
-                if dur > 0:
-                    span = TraceWindow(ts, ts + dur, "trace_span")
-            continue
-        if cat not in GPU_CATEGORIES:
-            continue
-        ts, dur = _times(ev, path, index)
-        gpu_lo = min(gpu_lo, ts)
-        gpu_hi = max(gpu_hi, ts + dur)
-        if cat in KERNEL_CATEGORIES:
-            launches.append(_launch(ev, ev.args or _EMPTY_ARGS, ts, dur))
-
     rank, world = _distributed(header.distributedInfo)
     base = header.baseTimeNanoseconds
     return Trace(
         path=path,
         devices=devices,
-        launches=tuple(launches),
-        span=span,
-        gpu_extent=(gpu_lo, gpu_hi) if gpu_lo <= gpu_hi else None,
+        launches=tuple(doc.launches),
+        span=doc.span,
+        gpu_extent=(doc.gpu_lo, doc.gpu_hi) if doc.gpu_lo <= doc.gpu_hi else None,
         rank=rank,
         world_size=world,
         schema_version=header.schemaVersion if _is_int(header.schemaVersion) else None,
@@ -175,22 +838,8 @@ def parse_trace(
     )
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, path: str) -> Any:
-    """Strict fast path; on a decode error, sanitise Kineto's known invalid JSON and retry once."""
-    try:
-        return decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise TraceError(path, f"unexpected structure: {exc}") from None
-    except msgspec.DecodeError as exc:
-        fixed = _sanitize(data)
-        if fixed == data:
-            raise TraceError(path, _describe_decode_error(data, exc)) from None
-        try:
-            return decoder.decode(fixed)
-        except msgspec.ValidationError as exc2:
-            raise TraceError(path, f"unexpected structure: {exc2}") from None
-        except msgspec.DecodeError:
-            raise TraceError(path, _describe_decode_error(data, exc)) from None
+def _too_large(max_bytes: int) -> str:
+    return f"larger than the {max_bytes:,}-byte limit once decompressed (raise max_trace_bytes to read it)"
 
 
 def _describe_decode_error(data: bytes, exc: Exception) -> str:
@@ -234,18 +883,6 @@ def _finite_number(v: object) -> float | None:
     return None
 
 
-def _times(ev: _Event, path: str, index: int) -> tuple[float, float]:
-    ts = _finite_number(ev.ts)
-    dur = _finite_number(ev.dur)
-    if ts is None or dur is None or dur < 0:
-        raise TraceError(
-            path,
-            f"traceEvents[{index}] ({ev.cat!s:.20} {ev.name!s:.60}): ts/dur must be finite numbers, "
-            f"dur >= 0 (got ts={ev.ts!r:.30}, dur={ev.dur!r:.30})",
-        )
-    return ts, dur
-
-
 def _dims(v: object) -> tuple[int, int, int] | None:
     if isinstance(v, list) and len(v) == 3 and all(_is_int(x) and x >= 0 for x in v):
         return (v[0], v[1], v[2])
@@ -260,28 +897,6 @@ def _reported(v: object) -> float | str | None:
     if isinstance(v, str):
         return v[:32]
     return None
-
-
-def _launch(ev: _Event, args: _Args, ts: float, dur: float) -> KernelLaunch:
-    device = args.device if _is_int(args.device) else ev.pid if _is_int(ev.pid) else -1
-    stream = args.stream if _is_int(args.stream) or isinstance(args.stream, str) else None
-    regs = args.registers_per_thread
-    smem = args.shared_memory
-    name = ev.name if isinstance(ev.name, str) else str(ev.name)
-    return KernelLaunch(
-        name=name,
-        device=device,
-        ts=ts,
-        dur=dur,
-        stream=stream,
-        grid=_dims(args.grid),
-        block=_dims(args.block),
-        registers_per_thread=regs if _is_int(regs) and regs >= 0 else None,
-        shared_memory=smem if _is_int(smem) and smem >= 0 else None,
-        reported_warps_per_sm=_reported(args.warps_per_sm),
-        reported_blocks_per_sm=_reported(args.blocks_per_sm),
-        reported_occupancy_pct=_reported(args.occupancy_pct),
-    )
 
 
 def _distributed(info: object) -> tuple[int | None, int | None]:

@@ -1,0 +1,309 @@
+"""Trace readers side by side: `python benchmarks/run.py` (one command; writes benchmarks/README.md).
+
+Each reader runs in its own process, `--repeat` times per trace; for each we keep the wall time
+(best and median), the peak RSS of the largest process (`wait4` rusage, as /usr/bin/time -v
+reports it) and the peak PSS summed over the reader's process tree (sampled every 20 ms from
+/proc: it counts the pages that warpwatch's worker processes share only once).
+
+Readers (see readers.py):
+- `warpwatch analyze --format json TRACE`: the CLI as a user runs it (all spec fields, window
+  corrections), decoding on every core;
+- the same through `read_trace` (each worker reads its own pieces of the file; the CLI's
+  report.py reads the whole file first with `load_bytes`), and in one process;
+- msgspec typed decode + a loop that sums warps per SM per kernel (the plain-Python floor);
+- orjson.loads + the same loop;
+- HolisticTraceAnalysis's trace parser (json backend, its default).
+
+HTA and orjson are not project dependencies: they are installed into benchmarks/.venv-hta,
+which this script creates (`pip install holistictraceanalysis orjson`). Traces come from
+gen_traces.py (run on demand): the reference file (HTA's df_index_resolver trace x 10) and,
+with `--sizes`, the 50 MB / 500 MB / 1 GB files.
+
+    python benchmarks/run.py                   # reference file, 5 runs each (HTA: 1)
+    python benchmarks/run.py --sizes           # also 50 MB, 500 MB and 1 GB
+    python benchmarks/run.py --no-readme TRACE...
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROJECT_PY = ROOT / ".venv" / "bin" / "python"
+BENCH_VENV = HERE / ".venv-hta"
+BENCH_PY = BENCH_VENV / "bin" / "python"
+HTA_REQUIREMENTS = ["holistictraceanalysis==0.5.0", "orjson"]
+README = HERE / "README.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+sys.path.insert(0, str(HERE))
+import gen_traces  # noqa: E402 (benchmarks/ is not a package)
+
+
+@dataclass
+class Reader:
+    key: str
+    label: str
+    python: Path
+    argv: list[str]
+    repeat_cap: int | None = None
+
+
+@dataclass
+class Result:
+    reader: Reader
+    walls: list[float] = field(default_factory=list)
+    rss_kb: int = 0
+    pss_kb: int = 0
+    output: str = ""
+    error: str = ""
+
+
+def readers(python: Path, cli_ok: bool) -> list[Reader]:
+    script = str(HERE / "readers.py")
+    cli = ["-m", "warpwatch", "analyze", "--format", "json"] if cli_ok else [script, "warpwatch-report"]
+    return [
+        Reader("warpwatch", "warpwatch analyze --format json", python, cli),
+        Reader("warpwatch-api", "warpwatch via read_trace (file never read whole)", python, [script, "warpwatch-api"]),
+        Reader("warpwatch-1proc", "warpwatch via read_trace, one process", python, [script, "warpwatch-1proc"]),
+        Reader("msgspec", "msgspec typed decode + loop", python, [script, "msgspec-loop"]),
+        Reader("orjson", "orjson.loads + loop", BENCH_PY, [script, "orjson-loop"]),
+        Reader("hta", "HTA 0.5.0 trace parser (json backend)", BENCH_PY, [script, "hta"], repeat_cap=1),
+    ]
+
+
+def ensure_bench_venv() -> str:
+    """Create benchmarks/.venv-hta with HTA and orjson; '' when ready, else why not."""
+    if BENCH_PY.exists():
+        probe = subprocess.run([str(BENCH_PY), "-c", "import hta, orjson"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return ""
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+        subprocess.run(
+            [str(BENCH_PY), "-m", "pip", "install", "-q", *HTA_REQUIREMENTS], check=True, capture_output=True, text=True
+        )
+    except subprocess.CalledProcessError as exc:
+        return f"pip install {' '.join(HTA_REQUIREMENTS)} failed: {(exc.stderr or '').strip()[-400:]}"
+    return ""
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants, from /proc/PID/task/*/children."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def _pss_kb(pid: int) -> int:
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                m = re.search(r"^Pss:\s+(\d+) kB", fh.read(), re.M)
+        except OSError:
+            continue
+        total += int(m.group(1)) if m else 0
+    return total
+
+
+def run_once(reader: Reader, trace: Path) -> tuple[float, int, int, str, str]:
+    """(wall s, peak RSS of the largest process in kB, peak tree PSS in kB, stdout, stderr)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "agent")}
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(reader.python), *reader.argv, str(trace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    peak_pss = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_pss
+        while not stop.wait(0.02):
+            peak_pss = max(peak_pss, _pss_kb(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out_chunks: list[bytes] = []
+    err_chunks: list[bytes] = []
+    readers_ = [
+        threading.Thread(target=lambda s, acc: acc.append(s.read()), args=(proc.stdout, out_chunks)),
+        threading.Thread(target=lambda s, acc: acc.append(s.read()), args=(proc.stderr, err_chunks)),
+    ]
+    for t in readers_:
+        t.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    stop.set()
+    for t in readers_:
+        t.join()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out = b"".join(out_chunks).decode(errors="replace")
+    err = b"".join(err_chunks).decode(errors="replace")
+    err = f"exit {proc.returncode}: {err.strip()[-300:]}" if proc.returncode != 0 else ""
+    return wall, usage.ru_maxrss, peak_pss, out, err
+
+
+def summary_of(reader: Reader, out: str) -> str:
+    """What the reader found (kernels...), to check that the readers agree."""
+    if reader.key == "warpwatch" and out.lstrip().startswith("{\"traces"):
+        try:
+            doc = json.loads(out)
+            return f"{doc['traces'][0]['launch_count']:,} kernels"
+        except (ValueError, KeyError, IndexError):
+            return "?"
+    try:
+        doc = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return "?"
+    return f"{doc.get('kernels', 0):,} kernels"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            m = re.search(r"^model name\s*:\s*(.+)$", fh.read(), re.M)
+            cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as fh:
+            mem_kb = int(re.search(r"MemTotal:\s+(\d+)", fh.read()).group(1))  # type: ignore[union-attr]
+    except (OSError, AttributeError):
+        mem_kb = 0
+    versions = subprocess.run(
+        [str(PROJECT_PY), "-c", "import msgspec, platform; print(platform.python_version(), msgspec.__version__)"],
+        capture_output=True, text=True,
+    ).stdout.split()
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem_kb / 1024**2:.0f} GiB RAM, Linux {platform.release()}; "
+        f"Python {versions[0] if versions else '?'}, msgspec {versions[1] if len(versions) > 1 else '?'}"
+    )
+
+
+def cli_works(python: Path) -> bool:
+    probe = subprocess.run([str(python), "-m", "warpwatch", "analyze", "--help"], capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+def fmt_mb(kb: int) -> str:
+    return f"{kb / 1024:,.0f} MB" if kb else "-"
+
+
+def table(trace: Path, results: list[Result]) -> str:
+    base = next((r for r in results if r.reader.key == "warpwatch" and r.walls), None)
+    size = trace.stat().st_size
+    lines = [
+        f"**{trace.name}** ({size / 1e6:,.0f} MB)",
+        "",
+        "| reader | wall, best | wall, median | runs | peak RSS (largest process) | peak PSS (all processes) "
+        "| wall vs warpwatch | RSS vs warpwatch | found |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in results:
+        if not r.walls:
+            lines.append(f"| {r.reader.label} | failed | | | | | | | {r.error} |")
+            continue
+        best, median = min(r.walls), statistics.median(r.walls)
+        ratio = f"{best / min(base.walls):.1f}x" if base else "-"
+        mem_ratio = f"{r.rss_kb / base.rss_kb:.1f}x" if base and base.rss_kb else "-"
+        lines.append(
+            f"| {r.reader.label} | {best:.2f} s | {median:.2f} s | {len(r.walls)} | {fmt_mb(r.rss_kb)} "
+            f"| {fmt_mb(r.pss_kb)} | {ratio} | {mem_ratio} | {r.output} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("traces", nargs="*", type=Path, help="trace files (default: the reference file)")
+    p.add_argument("--sizes", action="store_true", help="also the 50 MB, 500 MB and 1 GB traces (built if missing)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per reader and trace (HTA: 1)")
+    p.add_argument("--only", nargs="*", help="reader keys to run (warpwatch warpwatch-1proc msgspec orjson hta)")
+    p.add_argument("--no-readme", action="store_true", help="print the tables, leave README.md alone")
+    args = p.parse_args(argv)
+
+    traces: list[Path] = list(args.traces)
+    if not traces:
+        gen_args = ["--reference-only"] if not args.sizes else []
+        gen_traces.main(gen_args)
+        traces = [gen_traces.DATA / gen_traces.REFERENCE_NAME]
+        if args.sizes:
+            traces += sorted(
+                (q for q in gen_traces.DATA.glob("*_*B.json") if q.name != gen_traces.REFERENCE_NAME),
+                key=lambda q: q.stat().st_size,
+            )
+    venv_problem = ensure_bench_venv()
+    if venv_problem:
+        print(f"HTA/orjson unavailable: {venv_problem}", file=sys.stderr)
+    cli_ok = cli_works(PROJECT_PY)
+    chosen = [r for r in readers(PROJECT_PY, cli_ok) if not args.only or r.key in args.only]
+    sections = []
+    for trace in traces:
+        os.system(f"cat {trace} > /dev/null")  # page cache: every reader starts from the same warm file
+        results = []
+        for reader in chosen:
+            result = Result(reader)
+            if reader.python == BENCH_PY and venv_problem:
+                result.error = venv_problem
+                results.append(result)
+                continue
+            n = min(args.repeat, reader.repeat_cap or args.repeat)
+            for _ in range(n):
+                wall, rss, pss, out, err = run_once(reader, trace)
+                if err:
+                    result.error = err
+                    break
+                result.walls.append(wall)
+                result.rss_kb = max(result.rss_kb, rss)
+                result.pss_kb = max(result.pss_kb, pss)
+                result.output = summary_of(reader, out)
+            print(f"{trace.name}: {reader.label}: {[round(w, 2) for w in result.walls]} {result.error}", flush=True)
+            results.append(result)
+        sections.append(table(trace, results))
+
+    command = "python benchmarks/run.py" + (" --sizes" if args.sizes else "")
+    if not args.traces and args.repeat != 5:
+        command += f" --repeat {args.repeat}"
+    header = (
+        f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}."
+        + ("" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran `warpwatch.report` directly.)")
+    )
+    body = "\n\n".join([header, *sections])
+    print(body)
+    if not args.no_readme:
+        text = README.read_text() if README.exists() else f"# Benchmarks\n\n{START}\n{END}\n"
+        if START in text and END in text:
+            text = text[: text.index(START) + len(START)] + "\n" + body + "\n" + text[text.index(END) :]
+        else:
+            text += f"\n{START}\n{body}\n{END}\n"
+        README.write_text(text)
+        print(f"wrote {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
