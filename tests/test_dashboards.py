@@ -302,8 +302,8 @@ def test_artifacts_dashboard_explains_every_kind_and_shows_reported_beside_corre
 def test_agent_health_panels() -> None:
     titles = [p["title"] for p in boards()["warpwatch-agent-health"]["panels"]]
     assert titles == [
-        "Last window age", "Failing windows", "NVML up", "Windows by outcome", "Window processing time",
-        "Capture duty cycle", "Kernels folded into other",
+        "Last window age", "Failing windows", "NVML up", "Windows by outcome", "Faults by stage and reason",
+        "Window processing time", "Capture duty cycle", "Kernels folded into other",
     ]
     quantiles = next(p for p in boards()["warpwatch-agent-health"]["panels"] if p["title"] == "Window processing time")
     assert [t["expr"].split(",")[0] for t in quantiles["targets"]] == [

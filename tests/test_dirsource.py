@@ -263,7 +263,7 @@ def test_server_and_daemon_specs_build_their_sources(tmp_path: Path) -> None:
                    "sglang: (e.g. dir:/var/run/traces, replay:trace.json.gz, kineto-daemon, "
                    "vllm:http://localhost:8000,dir=/traces)"),
         ("dir:", "source 'dir:': dir: needs a folder, e.g. dir:/var/run/traces"),
-        ("replay:", "source 'replay:': replay: needs a trace file or folder"),
+        ("replay:", "source 'replay:': replay: needs a trace file or folder (or @samples)"),
         ("vllm:http://h:1,color=red", "source 'vllm:http://h:1,color=red': unknown option 'color=red'; options are "
                                       "dir=..., token_env=..., expected_files=..."),
         ("sglang:http://h:1,expected_files=two", "source 'sglang:http://h:1,expected_files=two': expected_files "
@@ -425,3 +425,15 @@ def test_nvml_errors_at_start_are_one_line_and_no_exception() -> None:
 def test_gzip_fixture_sanity() -> None:
     """control.json.gz is a complete gzip stream (the tests above cut it to make it incomplete)."""
     assert gzip.decompress(CONTROL.read_bytes())[:1] == b"{"
+
+
+def test_replay_samples_alias_replays_the_bundled_traces() -> None:
+    src = build_source("replay:@samples", CONFIG)
+    src.start()
+    try:
+        (cw,) = src.capture(0.01, 1.0)
+        assert cw.path is not None and cw.path.name.endswith(".json.gz")
+        assert "samples" in str(cw.path)
+        cw.done()
+    finally:
+        src.close()

@@ -24,6 +24,9 @@ A single window is exported exactly as analysed. Folding into `kernel="other"` u
 of step 2-3: the top `top_kernels` kernels by corrected GPU time keep their label; the rest
 are summed (time share, launch rate) or GPU-time-averaged (everything else) into `other`, and
 `warpwatch_kernels_folded_total{gpu}` counts how many were folded.
+
+`warpwatch_errors_total{stage,reason}` counts the faults the agent survived; its label values are
+the fixed set `FAULTS`, all exported from the start (at 0) so that `rate()` sees the first one.
 """
 
 from __future__ import annotations
@@ -44,10 +47,30 @@ from . import __version__
 from . import metricdefs as md
 from .capture import Outcome
 from .model import DeviceProperties, DeviceStats, KernelStats, WindowAnalysis
-from .names import KernelNamer
+from .names import KernelNamer, label_text
 
 OTHER = "other"
 OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "failed", "timed_out")
+FAULTS: tuple[tuple[str, str], ...] = (
+    ("capture", "timed_out"),  # a source's window timed out, or its capture() did not return
+    ("capture", "failed"),  # a source's window failed without a trace file (server error, unreadable folder)
+    ("capture", "raised"),  # a source's capture() raised (a bug)
+    ("capture", "skipped_busy"),  # a source still busy with an earlier capture was skipped
+    ("read", "refused_symlink"),  # capture.confine: a link out of the trace folder
+    ("read", "refused_not_regular_file"),  # a FIFO, socket, device or directory
+    ("read", "refused_foreign_owner"),  # another user's file
+    ("read", "io_error"),  # the file could not be opened or read
+    ("read", "too_large"),  # larger than max_trace_bytes
+    ("read", "invalid_trace"),  # empty, truncated, not JSON, not a Kineto trace
+    ("analysis", "unexpected"),  # analysis raised (a bug)
+    ("nvml", "gpu_lost"),  # NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus
+    ("nvml", "error"),  # any other NVML error during a run
+    ("clock", "jump"),  # the wall clock stepped by more than a second against the monotonic clock
+    ("round", "overrun"),  # a scheduled round skipped: the previous one was still running
+    ("round", "unexpected"),  # a round raised (a bug)
+)
+"""(stage, reason) of `warpwatch_errors_total`: public API, like metric names."""
+Fault = tuple[str, str]
 DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""
@@ -141,6 +164,8 @@ class Snapshot:
     artifacts: tuple[tuple[str, str, str, float], ...] = ()
     """(gpu, kernel, artifact, count)."""
     windows: tuple[tuple[str, float], ...] = tuple((o, 0.0) for o in OUTCOMES)
+    errors: tuple[tuple[str, str, float], ...] = tuple((stage, reason, 0.0) for stage, reason in FAULTS)
+    """(stage, reason, count)."""
     kernels_folded: tuple[tuple[str, float], ...] = ()
     processing: HistogramState = field(default_factory=HistogramState)
     last_window_timestamp: float | None = None
@@ -232,6 +257,10 @@ class SnapshotCollector:
         fam = _simple(md.WINDOWS)
         for outcome, count in s.windows:
             fam.add_metric([outcome], count)
+        yield fam
+        fam = _simple(md.ERRORS)
+        for stage, reason, count in s.errors:
+            fam.add_metric([stage, reason], count)
         yield fam
         hist = HistogramMetricFamily(md.WINDOW_PROCESSING.name, md.WINDOW_PROCESSING.help,
                                      unit=md.WINDOW_PROCESSING.unit)
@@ -436,6 +465,8 @@ class WindowResult:
     seconds: float | None = None
     """Processing time (read + analyse); None when there was no file to process."""
     analysis: WindowAnalysis | None = None
+    fault: Fault | None = None
+    """Why the window failed or timed out: one of `FAULTS`."""
 
 
 class _LruCounter:
@@ -456,7 +487,7 @@ class _LruCounter:
 
 
 def _info_of(gpu: str, props: DeviceProperties) -> GpuInfo:
-    return GpuInfo(gpu, props.name, props.compute_capability, str(props.num_sms))
+    return GpuInfo(gpu, label_text(props.name), label_text(props.compute_capability), str(props.num_sms))
 
 
 class SnapshotBuilder:
@@ -479,6 +510,7 @@ class SnapshotBuilder:
         self.namer = namer or KernelNamer()
         self.version = version
         self._windows: dict[str, float] = dict.fromkeys(OUTCOMES, 0.0)
+        self._errors: dict[Fault, float] = dict.fromkeys(FAULTS, 0.0)
         self._histogram = HistogramState()
         self._last_ts: float | None = None
         self._gpu_kernels: dict[int, tuple[KernelSample, ...]] = {}
@@ -496,9 +528,15 @@ class SnapshotBuilder:
     def record(self, result: WindowResult, now: float) -> None:
         """Count one finished window (any outcome)."""
         self._windows[result.outcome] = self._windows.get(result.outcome, 0.0) + 1
+        if result.fault is not None:
+            self.add_fault(*result.fault)
         if result.seconds is not None:
             self._histogram = self._histogram.observe(result.seconds)
         self._last_ts = now
+
+    def add_fault(self, stage: str, reason: str, count: int = 1) -> None:
+        """Count a fault outside any window (NVML, clock, an overrun round); see `FAULTS`."""
+        self._errors[(stage, reason)] = self._errors.get((stage, reason), 0.0) + count
 
     # -- gauges and per-kernel counters of a round's analysed windows
 
@@ -544,7 +582,10 @@ class SnapshotBuilder:
         self._nvml_up = up
         self._nvml = tuple(samples)
         if info:
-            self._nvml_info = dict(info)
+            self._nvml_info = {
+                k: replace(i, name=label_text(i.name), compute_capability=label_text(i.compute_capability))
+                for k, i in info.items()
+            }
 
     # -- freeze
 
@@ -561,6 +602,7 @@ class SnapshotBuilder:
             launches_observed=tuple((k[0], k[1], v) for k, v in self._launches.items()),
             artifacts=tuple((k[0], k[1], k[2], v) for k, v in self._artifacts.items()),
             windows=tuple((o, self._windows.get(o, 0.0)) for o in OUTCOMES),
+            errors=tuple((stage, reason, n) for (stage, reason), n in self._errors.items()),
             kernels_folded=tuple(sorted(self._folded.items(), key=lambda kv: _gpu_sort_key(kv[0]))),
             processing=self._histogram,
             last_window_timestamp=self._last_ts,

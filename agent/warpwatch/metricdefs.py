@@ -84,6 +84,10 @@ GPU_INFO = MetricDef(
 WINDOWS = MetricDef(
     "warpwatch_windows", "counter",
     "Capture windows by outcome (ok, empty, failed, timed_out).", ("outcome",))
+ERRORS = MetricDef(
+    "warpwatch_errors", "counter",
+    "Faults the agent survived, by stage (capture, read, analysis, nvml, clock, round) and reason "
+    "(a fixed set per stage); every failed or timed-out window adds one.", ("stage", "reason"))
 WINDOW_PROCESSING = MetricDef(
     "warpwatch_window_processing_seconds", "histogram",
     "Time to read and analyse one window's trace.", unit="seconds")
@@ -113,7 +117,7 @@ ALL: tuple[MetricDef, ...] = (
     KERNEL_ESTIMATED_OCCUPANCY, KERNEL_WAVES_PER_SM, KERNEL_TIME_SHARE, KERNEL_LAUNCH_RATE,
     KERNEL_REPORTED_WARPS_MIN, KERNEL_LAUNCHES_OBSERVED, PROFILER_ARTIFACTS,
     GPU_RESIDENT_WARPS_PER_SM, GPU_ESTIMATED_OCCUPANCY, GPU_BUSY, GPU_INFO,
-    WINDOWS, WINDOW_PROCESSING, LAST_WINDOW_TIMESTAMP, CAPTURE_DUTY, KERNELS_FOLDED,
+    WINDOWS, ERRORS, WINDOW_PROCESSING, LAST_WINDOW_TIMESTAMP, CAPTURE_DUTY, KERNELS_FOLDED,
     NVML_SM_OCCUPANCY, NVML_GPU_UTILIZATION, NVML_UP, BUILD_INFO,
 )
 

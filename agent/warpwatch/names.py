@@ -4,7 +4,9 @@ Raw kernel names are C++ signatures up to several KiB long (return type, templat
 arguments, parameter lists, lambdas). A label must be readable, identical for every launch
 of the same kernel, and bounded. `normalize_kernel_name` applies, in order:
 
-1. control characters are removed and runs of white space become one space;
+1. control characters (C0, C1), lone surrogates (from invalid UTF-8 decoded with
+   `surrogateescape`) and other unprintable format characters are removed and runs of white
+   space become one space;
 2. a mangled name (`_Z...`) is reduced to its leading qualified name:
    `_ZN19cutlass_cudnn_train6KernelINS_...` -> `cutlass_cudnn_train::Kernel`;
 3. the parameter list (the first `(` outside template brackets, except
@@ -22,7 +24,11 @@ Different raw names can normalise to the same label (`vectorized_elementwise_ker
 hundreds of instantiations). `KernelNamer` keeps labels distinct: the first raw name seen for
 a label keeps it; any other raw name with the same label gets the `~hash` suffix. The namer's
 memory is bounded (least recently used labels are forgotten). The label `other` is reserved for
-folded kernels: a kernel whose name normalises to `other` gets the suffix too.
+folded kernels: a kernel whose name normalises to `other` gets the suffix too. Raw names are
+untrusted and may be megabytes long: normalising is linear in the name's length, and the namer
+remembers a long raw name by its digest, not by its text.
+
+`label_text` applies steps 1 and 6 to other strings that become label values (GPU names).
 """
 
 from __future__ import annotations
@@ -35,7 +41,13 @@ MAX_LABEL_LENGTH = 96
 HASH_DIGITS = 8
 RESERVED = frozenset({"other"})
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
+"""Removed from labels: C0 and C1 controls, zero-width and bidirectional formatting characters,
+lone surrogates (which cannot be encoded as UTF-8 at all)."""
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e]")
+_DIGITS = re.compile(r"\d+")
+_KEY_MAX = 1024
+"""Raw names longer than this are remembered by the namer as a digest."""
 _SPACES = re.compile(r"\s+")
 _ANON = "(anonymous namespace)"
 _ANON_MARK = "\x01"
@@ -69,7 +81,7 @@ def _demangle_prefix(name: str) -> str | None:
             parts.append("std")
             i += 2
             continue
-        m = re.match(r"\d+", name[i:])
+        m = _DIGITS.match(name, i)  # not name[i:]: slicing made this quadratic in the name's length
         if m is None:
             break
         length = int(m.group())
@@ -155,6 +167,26 @@ def base_label(raw: str) -> str:
     return label or text or "unnamed"
 
 
+def printable(text: str) -> str:
+    """`text` for a terminal: every character that is not printable (controls, line separators,
+    bidirectional and zero-width formatting, lone surrogates) shown as a `\\xNN`/`\\uNNNN` escape."""
+    return _UNPRINTABLE.sub(_escape_char, text)
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group(0)
+    if c.isprintable():
+        return c
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def label_text(raw: str) -> str:
+    """Any untrusted string as a label value: `clean`, and cut with a `~hash` beyond `MAX_LABEL_LENGTH`."""
+    text = clean(raw)
+    return with_hash(text, raw) if len(text) > MAX_LABEL_LENGTH else text
+
+
 def normalize_kernel_name(raw: str) -> str:
     """A readable, stable label of at most `MAX_LABEL_LENGTH` characters (module doc, 1-6)."""
     label = base_label(raw)
@@ -171,23 +203,25 @@ class KernelNamer:
 
     def __init__(self, max_entries: int = 20_000) -> None:
         self._max = max_entries
-        self._owner: OrderedDict[str, str] = OrderedDict()  # label -> first raw name
-        self._cache: OrderedDict[str, str] = OrderedDict()  # raw name -> label
+        self._owner: OrderedDict[str, str] = OrderedDict()  # label -> key of the first raw name
+        self._cache: OrderedDict[str, str] = OrderedDict()  # key of a raw name -> label
 
     def __call__(self, raw: str) -> str:
-        cached = self._cache.get(raw)
+        key = raw if len(raw) <= _KEY_MAX else "\0" + hashlib.blake2b(
+            raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        cached = self._cache.get(key)
         if cached is not None:
-            self._cache.move_to_end(raw)
+            self._cache.move_to_end(key)
             return cached
         label = normalize_kernel_name(raw)
         owner = self._owner.get(label)
-        if label in RESERVED or (owner is not None and owner != raw):
+        if label in RESERVED or (owner is not None and owner != key):
             result = with_hash(label, raw)
         else:
-            self._owner[label] = raw
+            self._owner[label] = key
             self._owner.move_to_end(label)
             result = label
-        self._cache[raw] = result
+        self._cache[key] = result
         self._trim()
         return result
 

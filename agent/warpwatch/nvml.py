@@ -11,19 +11,25 @@ tell, GPU utilisation at the end of the window and, on Hopper and newer, GPM
 (`end`), so that it covers the same time as the trace.
 
 Errors during a run (a GPU falling off the bus, a driver reload) never raise: the reading
-says `up=False`, each distinct error is logged once, and the next window tries again.
+says `up=False`, each distinct error is logged once (again at most every ten minutes, with the
+number of repeats, while it lasts), counted by kind (`take_errors`: `gpu_lost` for
+`NVML_ERROR_GPU_IS_LOST`, else `error`), and the next window tries again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .logs import event
+from .logs import RepeatFilter, event, limited_event
 
 log = logging.getLogger(__name__)
+
+NVML_ERROR_GPU_IS_LOST = 15
+"""nvmlReturn_t of a GPU that fell off the bus (same value in every NVML since 2012)."""
 
 _CORES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64}
 """CUDA cores per SM by compute capability (others since 8.6: 128), to derive SMs from cores."""
@@ -74,7 +80,8 @@ class Nvml:
         self._devices: list[_Device] = []
         self._started = False
         self._errors = 0
-        self._logged: set[str] = set()
+        self._new_errors: Counter[str] = Counter()
+        self._repeats = RepeatFilter()
 
     @property
     def available(self) -> bool:
@@ -151,13 +158,16 @@ class Nvml:
         except (nv.NVMLError, AttributeError):
             return False
 
+    def take_errors(self) -> dict[str, int]:
+        """NVML errors by kind (`gpu_lost`, `error`) since the last call."""
+        taken, self._new_errors = dict(self._new_errors), Counter()
+        return taken
+
     def _error(self, where: str, exc: BaseException) -> None:
         self._errors += 1
-        key = f"{where}: {exc}"
-        if key not in self._logged:
-            self._logged.add(key)
-            event(log, "nvml_error", logging.WARNING, where=where, error=str(exc) or type(exc).__name__,
-                  errors=self._errors)
+        self._new_errors["gpu_lost" if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST else "error"] += 1
+        limited_event(log, self._repeats, (where, str(exc)), "nvml_error", logging.WARNING, where=where,
+                      error=str(exc) or type(exc).__name__, errors=self._errors)
 
     def begin(self) -> None:
         """Take the GPM sample that opens the window."""

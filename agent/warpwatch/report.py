@@ -18,7 +18,8 @@ from rich.text import Text
 from .analysis import analyze, launch_metrics, window_of
 from .errors import TraceError
 from .model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS, DeviceProperties, LaunchMetrics, Trace, WindowAnalysis
-from .trace import DEFAULT_MAX_BYTES, load_bytes, load_gpu_properties, parse_trace
+from .names import printable
+from .trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
 _ARTIFACT_SHORT = {
@@ -89,18 +90,20 @@ def run_analyze(args: argparse.Namespace) -> int:
 
 def _read(path: str, max_bytes: int, gpu_props: dict[int, DeviceProperties] | None) -> Trace:
     size = _size(path)
-    if size >= PROGRESS_MIN_BYTES and sys.stderr.isatty():
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-            console=Console(file=sys.stderr), transient=True,
-        ) as progress:
-            task = progress.add_task(f"reading {os.path.basename(path)} ({size / 1e6:.0f} MB)", total=3)
-            data = load_bytes(path, max_bytes=max_bytes)
-            progress.update(task, advance=1, description=f"decoding {os.path.basename(path)}")
-            trace = parse_trace(data, path, gpu_properties=gpu_props)
-            progress.update(task, advance=2)
-            return trace
-    return parse_trace(load_bytes(path, max_bytes=max_bytes), path, gpu_properties=gpu_props)
+    if size < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        return read_trace(path, max_bytes=max_bytes, gpu_properties=gpu_props)
+    # No auto-refresh: a refresh thread would keep read_trace from decoding on every core (it
+    # forks worker processes only when the caller runs no other thread).
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+        console=Console(file=sys.stderr), transient=True, auto_refresh=False,
+    ) as progress:
+        task = progress.add_task(f"reading {os.path.basename(path)} ({size / 1e6:.0f} MB)", total=2)
+        progress.refresh()
+        trace = read_trace(path, max_bytes=max_bytes, gpu_properties=gpu_props)
+        progress.update(task, advance=1, description=f"analysing {os.path.basename(path)}")
+        progress.refresh()
+        return trace
 
 
 def _size(path: str) -> int:
@@ -196,14 +199,16 @@ def _fmt_reported(v: float | None) -> Text:
     return text
 
 
-def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+def _short(name: str, width: int = 60) -> Text:
+    """A kernel name for a table cell: escaped (`names.printable`), cut, never read as markup."""
+    name = printable(name[: width * 8])
+    return Text(name if len(name) <= width else name[: width - 1] + "…")
 
 
 def render_table(console: Console, trace: Trace, analysis: WindowAnalysis, *, top: int = 25) -> None:
     """Header, one row per (device, kernel) by GPU time, then one explanation per artefact kind found."""
     w = analysis.window
-    console.print(Text(f"Trace: {analysis.path}", style="bold"))
+    console.print(Text(f"Trace: {printable(analysis.path)}", style="bold"))
     for d in analysis.devices:
         p = d.properties
         desc = (
@@ -215,7 +220,7 @@ def render_table(console: Console, trace: Trace, analysis: WindowAnalysis, *, to
             extra = f"; estimated occupancy {d.estimated_occupancy:.1%}"
         busy = f", busy {d.busy_ratio:.1%}" if d.busy_ratio is not None else ""
         conf = " (low confidence: few launches)" if d.low_confidence else ""
-        console.print(f"  GPU {d.device}: {desc}{busy}{extra}{conf}")
+        console.print(Text(printable(f"  GPU {d.device}: {desc}{busy}{extra}{conf}")))
     bounds = {
         "trace_span": "from the trace's profiler span",
         "requested": "as requested by the agent",
@@ -265,7 +270,7 @@ def render_table(console: Console, trace: Trace, analysis: WindowAnalysis, *, to
         "time shares and means are corrected for the capture window (long kernels are under-sampled)."
     )
     for line in explanations(analysis, trace):
-        console.print(Text("  • " + line))
+        console.print(Text("  • " + printable(line)))
     console.print()
 
 

@@ -3,14 +3,22 @@
     Service(config).run()  =  startup() -> wait for SIGTERM/SIGINT -> shutdown()
 
 - startup: build and start the sources (`capture.registry`), start NVML (optional), bind the
-  HTTP server, start an APScheduler 3 `BackgroundScheduler` with one interval job per `period`
-  (`max_instances=1`, `coalesce=True`, `jitter`), the first one at once.
+  HTTP server, start the scheduler (`Ticker`, APScheduler 3): a round every `period` plus a random
+  0..`jitter`, the first one at once, never two at once (a round still running when the next is
+  due makes that one skip, counted as an overrun). A watchdog reschedules on a step of the wall
+  clock (NTP, a VM resumed), which APScheduler alone would let stop rounds.
 - each round (`run_round`, in its own daemon thread, off the scrape path): NVML sample, every
   source's `capture(window, collect_timeout)` (sources side by side), NVML sample; then every
-  `CapturedWindow` is read and analysed, counted by outcome (ok, empty = no kernel launches,
-  failed, timed_out), logged in one line and released with `done()`; the round's analyses
-  are merged into a new `Snapshot` that replaces the old one in one reference swap. A failing
-  window changes no gauge, and no exception leaves a round (it is logged and counted).
+  `CapturedWindow` is opened inside its folder (`capture.confine`: no link out of it, no FIFO,
+  device or other user's file), read and analysed, counted by outcome (ok, empty = no kernel
+  launches, failed, timed_out), logged in one line and released with `done()`; the round's
+  analyses are merged into a new `Snapshot` that replaces the old one in one reference swap. A
+  failing window changes no gauge, and no exception leaves a round (it is logged and counted).
+- faults: every failed or timed-out window, NVML error, clock step and overrun round is counted
+  in `warpwatch_errors_total{stage,reason}` (`export.FAULTS`); a fault that repeats every round
+  is logged once, then at most every ten minutes with the number of repeats (`logs.RepeatFilter`).
+  The wall clock (`clock`) only stamps `warpwatch_last_window_timestamp_seconds`; every duration
+  and age (readiness) comes from the monotonic clock.
 - HTTP: `/metrics` (Prometheus text or OpenMetrics, by the scraper's Accept header, gzip
   when accepted), `/healthz` (200 while the process serves), `/readyz` (200 until the first
   round is overdue and afterwards while rounds keep finishing on time; 503 with the reason
@@ -25,6 +33,7 @@ import argparse
 import gzip
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -44,10 +53,11 @@ from prometheus_client.process_collector import ProcessCollector
 from . import __version__
 from .analysis import analyze
 from .capture import CapturedWindow, Outcome, Source
+from .capture.confine import RefusedFile, open_confined
 from .config import Config, add_arguments, describe, load_config
 from .errors import TraceError, WarpwatchError
-from .export import GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
-from .logs import configure, event
+from .export import Fault, GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
+from .logs import RepeatFilter, configure, event, limited_event
 from .model import DeviceProperties
 from .nvml import Nvml, NvmlReading
 from .trace import load_gpu_properties, read_trace
@@ -60,31 +70,85 @@ SHUTDOWN_GRACE_S = 5.0
 CAPTURE_GRACE_S = 5.0
 """Beyond window + collect_timeout, how long a round waits for a source's capture."""
 READY_SLACK_S = 10.0
+CLOCK_JUMP_S = 1.0
+"""A step of the wall clock against the monotonic clock beyond this between two rounds is a fault."""
 
 
-class _DaemonThreadExecutor:
-    """APScheduler executor running each job in a new daemon thread.
+class Ticker:
+    """Calls `tick` every `period` seconds plus a random 0..`jitter`, the first time at once, with
+    APScheduler 3 (`BackgroundScheduler`, `IntervalTrigger`): coalesced misfires (a tick late by
+    several periods stands for all of them, no burst), never two at once. `tick` must return at once.
 
-    The stock thread pool's workers are joined at interpreter exit, so a round stuck in a
-    capture would keep the process alive after SIGTERM; a daemon thread cannot.
+    APScheduler 3 computes due times on the wall clock, so a step of it (NTP, a resumed VM) would
+    stop ticks for the length of a backward step. A watchdog thread compares the wall clock with
+    the monotonic clock every `watch_s` and, on a step beyond CLOCK_JUMP_S, makes the job due at
+    once: rounds go on after one early tick. `wall` is injectable for tests.
     """
 
-    def __new__(cls) -> Any:
-        from apscheduler.executors.base import BaseExecutor, run_job
+    JOB_ID = "round"
 
-        class Executor(BaseExecutor):  # type: ignore[misc]
-            def _do_submit_job(self, job: Any, run_times: Any) -> None:
-                def target() -> None:
-                    try:
-                        events = run_job(job, job._jobstore_alias, run_times, self._logger.name)
-                    except BaseException as exc:
-                        self._run_job_error(job.id, exc, exc.__traceback__)
-                    else:
-                        self._run_job_success(job.id, events)
+    def __init__(self, tick: Callable[[], None], period: float, jitter: float = 0.0, *,
+                 wall: Callable[[], float] = time.time, watch_s: float = 1.0) -> None:
+        self._tick = tick
+        self._period = period
+        self._jitter = jitter
+        self._wall = wall
+        self._watch_s = watch_s
+        self._stop = threading.Event()
+        self._scheduler: Any = None
+        self._watchdog: threading.Thread | None = None
 
-                threading.Thread(target=target, name="warpwatch-round", daemon=True).start()
+    def start(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.triggers.interval import IntervalTrigger
 
-        return Executor()
+        scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            timezone=timezone.utc,
+        )
+        scheduler.add_job(
+            self._tick,
+            IntervalTrigger(seconds=self._period, jitter=self._jitter or None, timezone=timezone.utc),
+            id=self.JOB_ID, name="capture window", next_run_time=datetime.now(timezone.utc),
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+        self._watchdog = threading.Thread(target=self._watch, name="warpwatch-clock-watch", daemon=True)
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        wall0, mono0 = self._wall(), time.monotonic()
+        while not self._stop.wait(self._watch_s):
+            wall, mono = self._wall(), time.monotonic()
+            if abs((wall - wall0) - (mono - mono0)) > CLOCK_JUMP_S and self._scheduler is not None:
+                self._scheduler.modify_job(self.JOB_ID, next_run_time=datetime.now(timezone.utc))
+            wall0, mono0 = wall, mono
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(2.0)
+
+
+_RAISED = "capture raised "
+"""How the window standing for a capture() that raised begins its error."""
+_NUMBERS = re.compile(r"\d+")
+
+
+def _repeat_key(*parts: str) -> tuple[str, ...]:
+    """Errors that differ only in numbers (pids, window ids, sizes) repeat each other."""
+    return tuple(_NUMBERS.sub("#", p) for p in parts)
+
+
+def read_fault(reason: str) -> str:
+    """The `read` fault of a `TraceError` reason (`export.FAULTS`)."""
+    if reason.startswith(("cannot read", "no such file", "permission denied", "is a directory")):
+        return "io_error"
+    if reason.startswith("larger than"):
+        return "too_large"
+    return "invalid_trace"
 
 
 def process_identity(cw: CapturedWindow, rank: int | None) -> str:
@@ -103,12 +167,17 @@ class Service:
         sources: Sequence[Source] | None = None,
         nvml: Nvml | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
+        """`clock` (wall, Unix seconds) stamps windows; `monotonic` measures ages (readiness) and
+        clock steps. `monotonic` defaults to `time.monotonic`, or to `clock` when only `clock` is
+        given (a test then drives both with one fake)."""
         self.config = config
         self._build_sources = sources is None
         self.sources: list[Source] = list(sources) if sources is not None else []
         self.nvml = nvml if nvml is not None else Nvml()
         self.clock = clock
+        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
         self.registry = CollectorRegistry()
         """The warpwatch_* metrics: the current snapshot, rendered once per snapshot and format."""
         self.collector = SnapshotCollector()
@@ -126,7 +195,7 @@ class Service:
         self.web: WebConfig | None = None
         """TLS / basic auth for every HTTP path (exporter-toolkit web config), when configured."""
         self._server_thread: threading.Thread | None = None
-        self._scheduler: Any = None
+        self._scheduler: Ticker | None = None
         self._stopping = threading.Event()
         self._round_lock = threading.Lock()
         self._idle = threading.Event()
@@ -136,6 +205,11 @@ class Service:
         self._started_at: float | None = None
         self._last_round_end: float | None = None
         self._rounds = 0
+        self._repeats = RepeatFilter()
+        self._faults: list[Fault] = []
+        """Faults noted outside the round thread (overruns), counted by the next round."""
+        self._faults_lock = threading.Lock()
+        self._clock_mark: tuple[float, float] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -162,7 +236,7 @@ class Service:
             self._close_sources()
             self.nvml.close()
             raise
-        self._started_at = self.clock()
+        self._started_at = self.monotonic()
         self._start_scheduler()
 
     def _start_sources(self) -> None:
@@ -178,7 +252,7 @@ class Service:
         c = self.config
         handler = _make_handler(self)
         try:
-            server = ThreadingHTTPServer((c.address, c.port), handler)
+            server = _HTTPServer((c.address, c.port), handler)
         except OSError as exc:
             raise WarpwatchError(
                 f"cannot listen on {c.address}:{c.port}: {exc.strerror or exc}; "
@@ -195,24 +269,24 @@ class Service:
               url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics")
 
     def _start_scheduler(self) -> None:
-        from apscheduler.schedulers.background import BackgroundScheduler
-        from apscheduler.triggers.interval import IntervalTrigger
+        self._scheduler = Ticker(self._tick, self.config.period, self.config.jitter)
+        self._scheduler.start()
 
-        c = self.config
-        scheduler = BackgroundScheduler(
-            executors={"default": _DaemonThreadExecutor()},
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone=timezone.utc,
-        )
-        scheduler.add_job(
-            self.run_round,
-            IntervalTrigger(seconds=c.period, jitter=c.jitter or None, timezone=timezone.utc),
-            id="round",
-            name="capture window",
-            next_run_time=datetime.now(timezone.utc),
-        )
-        scheduler.start()
-        self._scheduler = scheduler
+    def _tick(self) -> None:
+        """A round is due: start it in its own daemon thread (a round stuck in a capture must not
+        keep the process alive after SIGTERM), or count an overrun if one still runs."""
+        if self._stopping.is_set():
+            return
+        if self._round_lock.locked():
+            self._note_fault("round", "overrun")
+            limited_event(log, self._repeats, ("round_skipped",), "round_skipped", logging.WARNING,
+                          reason=f"the previous round is still running after the {self.config.period:g}s period")
+            return
+        threading.Thread(target=self.run_round, name="warpwatch-round", daemon=True).start()
+
+    def _note_fault(self, stage: str, reason: str) -> None:
+        with self._faults_lock:
+            self._faults.append((stage, reason))
 
     def run(self, stop: threading.Event | None = None) -> int:
         """startup, wait until `stop` is set (or SIGTERM/SIGINT), shutdown; returns 0."""
@@ -233,10 +307,7 @@ class Service:
         self._stopping.set()
         event(log, "stopping")
         if self._scheduler is not None:
-            try:
-                self._scheduler.shutdown(wait=False)
-            except Exception as exc:  # already stopped
-                event(log, "scheduler_stop_failed", logging.DEBUG, error=str(exc))
+            self._scheduler.stop()
         finished = self._idle.wait(self.config.window + SHUTDOWN_GRACE_S)
         self._close_sources()
         if not finished:
@@ -282,7 +353,7 @@ class Service:
             return False, "shutting down"
         c = self.config
         slack = c.period + c.jitter + c.window + c.collect_timeout + READY_SLACK_S
-        now = self.clock()
+        now = self.monotonic()
         if self._last_round_end is None:
             started = self._started_at if self._started_at is not None else now
             if now - started <= slack:
@@ -304,22 +375,32 @@ class Service:
             self._round()
         except Exception as exc:
             # A bug, not an expected failure: one line (traceback at debug level), counted.
-            event(log, "round_failed", logging.ERROR, exc_info=exc, error=f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            limited_event(log, self._repeats, _repeat_key("round_failed", error), "round_failed", logging.ERROR,
+                          exc_info=exc, error=error)
             try:
-                self.builder.record(WindowResult("round", "round", "failed"), self.clock())
+                self.builder.record(WindowResult("round", "round", "failed", fault=("round", "unexpected")),
+                                    self.clock())
                 self.collector.publish(self.builder.snapshot())
             except Exception as exc2:
                 event(log, "publish_failed", logging.ERROR, error=str(exc2))
         finally:
             self._rounds += 1
-            self._last_round_end = self.clock()
+            self._last_round_end = self.monotonic()
             self._round_lock.release()
             self._idle.set()
 
     def _round(self) -> None:
+        self._check_clock()
         self.nvml.begin()
         windows = self._capture_all()
         reading = self.nvml.end()
+        with self._faults_lock:
+            faults, self._faults = self._faults, []
+        for stage, reason in faults:
+            self.builder.add_fault(stage, reason)
+        for reason, count in self.nvml.take_errors().items():
+            self.builder.add_fault("nvml", reason, count)
         results: list[WindowResult] = []
         for cw in windows:
             if self._stopping.is_set():
@@ -330,6 +411,19 @@ class Service:
             results.append(result)
         self.builder.apply_round(results)
         self._publish_nvml(reading)
+
+    def _check_clock(self) -> None:
+        """Count and log a step of the wall clock against the monotonic clock since the last round."""
+        wall, mono = self.clock(), self.monotonic()
+        if self._clock_mark is not None:
+            step = (wall - self._clock_mark[0]) - (mono - self._clock_mark[1])
+            if abs(step) > CLOCK_JUMP_S:
+                self.builder.add_fault("clock", "jump")
+                limited_event(log, self._repeats, ("clock_jump",), "clock_jump", logging.WARNING,
+                              seconds=round(step, 3),
+                              reason="the wall clock was stepped; window timestamps follow it, "
+                                     "scheduling and durations do not")
+        self._clock_mark = (wall, mono)
 
     def _publish_nvml(self, reading: NvmlReading) -> None:
         info = {
@@ -349,8 +443,9 @@ class Service:
         for i, src in enumerate(self.sources):
             with self._busy_lock:
                 if id(src) in self._busy_sources:
-                    event(log, "source_busy", logging.WARNING, source=src.name,
-                          reason="its previous capture has not returned; skipping this round")
+                    self.builder.add_fault("capture", "skipped_busy")
+                    limited_event(log, self._repeats, ("source_busy", src.name), "source_busy", logging.WARNING,
+                                  source=src.name, reason="its previous capture has not returned; skipping this round")
                     continue
                 started.add(i)
                 self._busy_sources.add(id(src))
@@ -360,7 +455,7 @@ class Service:
                     out[i] = src.capture(c.window, c.collect_timeout)
                 except Exception as exc:
                     out[i] = [CapturedWindow(source=src.name, path=None, outcome="failed",
-                                             error=f"capture raised {type(exc).__name__}: {exc}")]
+                                             error=f"{_RAISED}{type(exc).__name__}: {exc}")]
                 finally:
                     with self._busy_lock:
                         self._busy_sources.discard(id(src))
@@ -382,33 +477,35 @@ class Service:
         return windows
 
     def process_window(self, cw: CapturedWindow) -> WindowResult:
-        """Read and analyse one window; count nothing here (the caller records the result)."""
+        """Open (confined to its folder), read and analyse one window; count nothing here (the
+        caller records the result)."""
+        process = process_identity(cw, None)
         if cw.path is None or cw.error is not None:
             outcome: Outcome = "timed_out" if cw.outcome == "timed_out" else "failed"
-            event(log, "window", logging.WARNING, source=cw.source, outcome=outcome,
-                  error=cw.error or "no trace file")
+            error = cw.error or "no trace file"
+            self._log_failure(cw, outcome, error)
             cw.done(True)
-            return WindowResult(cw.source, process_identity(cw, None), outcome)
+            raised = error.startswith(_RAISED)
+            return WindowResult(cw.source, process, outcome, fault=("capture", "raised" if raised else outcome))
         t0 = time.perf_counter()
-        fields: dict[str, Any] = {"source": cw.source, "file": cw.path.name}
         try:
-            trace = read_trace(cw.path, max_bytes=self.config.max_trace_bytes, gpu_properties=self._gpu_properties)
+            with open_confined(cw.path) as opened:
+                trace = read_trace(opened.reader_path, max_bytes=self.config.max_trace_bytes,
+                                   gpu_properties=self._gpu_properties)
             analysis = analyze(trace, requested=cw.requested)
+        except RefusedFile as exc:
+            fault: Fault = ("read", "io_error" if exc.reason == "unreadable" else f"refused_{exc.reason}")
+            return self._failed(cw, process, t0, fault, f"refused: {exc.detail}")
         except TraceError as exc:
-            seconds = time.perf_counter() - t0
-            event(log, "window", logging.WARNING, **fields, outcome="failed", seconds=round(seconds, 4),
-                  error=exc.reason)
-            cw.done(True)
-            return WindowResult(cw.source, process_identity(cw, None), "failed", seconds)
+            return self._failed(cw, process, t0, ("read", read_fault(exc.reason)), exc.reason)
+        except OSError as exc:  # a reader letting an I/O error through
+            return self._failed(cw, process, t0, ("read", "io_error"), f"cannot read: {exc.strerror or exc}")
         except Exception as exc:
-            seconds = time.perf_counter() - t0
-            event(log, "window", logging.ERROR, exc_info=exc, **fields, outcome="failed",
-                  seconds=round(seconds, 4), error=f"unexpected {type(exc).__name__}: {exc}")
-            cw.done(True)
-            return WindowResult(cw.source, process_identity(cw, None), "failed", seconds)
+            return self._failed(cw, process, t0, ("analysis", "unexpected"),
+                                f"unexpected {type(exc).__name__}: {exc}", exc)
         seconds = time.perf_counter() - t0
         outcome = "ok" if analysis.launch_count > 0 else "empty"
-        event(log, "window", **fields, outcome=outcome, seconds=round(seconds, 4),
+        event(log, "window", source=cw.source, file=cw.path.name, outcome=outcome, seconds=round(seconds, 4),
               launches=analysis.launch_count, kernels=len(analysis.kernels),
               gpus=",".join(str(d.device) for d in analysis.devices) or "none",
               window_ms=round(analysis.window.duration / 1000.0, 3), bounds=analysis.window.bounds,
@@ -416,9 +513,34 @@ class Service:
         cw.done(True)
         return WindowResult(cw.source, process_identity(cw, analysis.rank), outcome, seconds, analysis)
 
+    def _failed(self, cw: CapturedWindow, process: str, t0: float, fault: Fault, error: str,
+                exc: BaseException | None = None) -> WindowResult:
+        seconds = time.perf_counter() - t0
+        self._log_failure(cw, "failed", error, seconds, exc)
+        cw.done(True)
+        return WindowResult(cw.source, process, "failed", seconds, fault=fault)
+
+    def _log_failure(self, cw: CapturedWindow, outcome: Outcome, error: str, seconds: float | None = None,
+                     exc: BaseException | None = None) -> None:
+        """One `window` line; the same failure every round (a bad file replayed, a process that
+        never answers) is rate-limited."""
+        file = cw.path.name if cw.path is not None else None
+        limited_event(log, self._repeats, _repeat_key(cw.source, outcome, file or "", error), "window",
+                      logging.ERROR if exc is not None else logging.WARNING, exc_info=exc,
+                      source=cw.source, file=file, outcome=outcome,
+                      seconds=None if seconds is None else round(seconds, 4), error=error)
+
 
 # ---------------------------------------------------------------------------------------------
 # HTTP
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A threaded HTTP server with room for a burst of scrapes: with the default listen backlog
+    of 5, connections beyond it wait for the client's SYN retries (1, 2, 4... s), for a minute
+    and more while a heavy window keeps the process busy."""
+
+    request_queue_size = 128
 
 
 _EOF = b"# EOF\n"

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
+from ..logs import RepeatFilter, limited_event
 from . import CapturedWindow
 
 log = logging.getLogger(__name__)
@@ -375,6 +376,7 @@ class KinetoDaemonSource:
         self._stop = threading.Event()
         self._bound_path: str | None = None
         self._bound_inode: tuple[int, int] | None = None
+        self._repeats = RepeatFilter()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -523,14 +525,16 @@ class KinetoDaemonSource:
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError as exc:
-                        log.warning("%s: receive failed: %s", self.name, exc)
+                        limited_event(log, self._repeats, ("receive", exc.errno), "daemon_receive_failed",
+                                      logging.WARNING, source=self.name, error=exc.strerror or str(exc))
                         break
                     try:
                         self._handle(data, flags, sender, sock)
-                    except Exception:
+                    except Exception as exc:
                         # One bad datagram must never stop the daemon thread.
                         self._counters.malformed += 1
-                        log.exception("%s: failed to handle a datagram", self.name)
+                        limited_event(log, self._repeats, ("handle", type(exc).__name__), "daemon_datagram_failed",
+                                      logging.ERROR, exc_info=exc, source=self.name)
             self._prune()
 
     def _prune(self) -> None:
@@ -735,12 +739,14 @@ class KinetoDaemonSource:
         )
 
     def _find_file(self, item: _Served) -> Path | None:
+        """The window's file: any entry but a directory (links and FIFOs too, never followed or
+        opened here), so that the reader's `confine` refuses what is not a plain file, by name."""
         expected = self.trace_dir / f"{item.stem}_{item.pid}.json"
-        if expected.is_file():
+        if _is_entry(expected):
             return expected
         # The pid Kineto uses could differ from the one it reported (another pid namespace).
         for candidate in sorted(self.trace_dir.glob(f"{item.stem}_*.json")):
-            if candidate.is_file():
+            if _is_entry(candidate):
                 return candidate
         return None
 
@@ -760,6 +766,13 @@ class KinetoDaemonSource:
             self._abandoned = [] if everything else [a for a in items if now < a.until]
         for item in items:
             _delete_stem(self.trace_dir, item.stem)
+
+
+def _is_entry(path: Path) -> bool:
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _delete_stem(trace_dir: Path, stem: str) -> None:

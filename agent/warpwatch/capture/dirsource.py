@@ -7,6 +7,10 @@ a window for every file that is
 
 - a trace by name: `*.json`, `*.json.gz` (which covers `*.pt.trace.json[.gz]`), not hidden,
   not temporary (`*.tmp`, `*.part`, `*.partial`), directly in the folder (not in sub-folders);
+- allowed by `warpwatch.capture.confine` (a regular file, or a link to one inside the folder,
+  owned by the agent's uid, root or the folder's owner). Anything else with a trace name (a
+  link out of the folder, a FIFO, a device, another user's file) is handed over at once,
+  without ever being opened, so that its window fails with the reason and is counted;
 - finished: same size and modification time in both looks and complete by
   `warpwatch.capture.files.is_complete_trace_file` (a whole gzip stream; a JSON text from
   `{` to `}`), or unchanged for longer than `give_up_s` (the service passes
@@ -15,6 +19,9 @@ a window for every file that is
 - not processed before: processed files are remembered by (name, size, mtime_ns) for as long
   as they are in the folder (the memory is pruned to the files present, so it stays bounded);
   a file rewritten in place counts as new.
+
+A folder that cannot be listed (permissions, I/O error) fails each window with the reason; a
+folder that does not exist yet is waited for.
 
 After a window is analysed the file is deleted when `delete_processed` is set. Retention
 (`retention_files`, `retention_bytes`, 0 = no bound) bounds the folder: when the trace files in
@@ -38,9 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CaptureError
-from ..logs import event
+from ..logs import RepeatFilter, event, limited_event
 from . import CapturedWindow
-from .files import TEMP_SUFFIXES, is_complete_trace_file
+from .confine import RefusedFile, check
+from .files import TEMP_SUFFIXES, is_finished
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,14 @@ class _Entry:
     key: Key
 
 
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """One look at the folder: trace files by path, and which of them `confine` refuses."""
+
+    files: dict[Path, Key]
+    refused: frozenset[Path]
+
+
 class DirSource:
     """A `Source` over a folder of finished trace files (module doc)."""
 
@@ -97,6 +113,7 @@ class DirSource:
         self._handed: set[Key] = set()
         self._first_seen: dict[Key, float] = {}
         self._missing_logged = False
+        self._repeats = RepeatFilter()
 
     # -- Source protocol
 
@@ -112,14 +129,21 @@ class DirSource:
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Look, wait `window_s`, look again; return the files finished and not yet processed."""
-        first = self._look()
-        if first is None:
+        look = self._look()
+        if isinstance(look, CapturedWindow):
+            return [look]
+        if look is None:
             return []
+        first = look.files
         if any(key not in self._done_keys() for key in first.values()):
             self._closed.wait(max(0.0, min(window_s, timeout_s if timeout_s > 0 else window_s)))
         if self._closed.is_set():
             return []
-        second = self._look() or {}
+        look = self._look()
+        if isinstance(look, CapturedWindow):
+            return [look]
+        second = look.files if look is not None else {}
+        refused = look.refused if look is not None else frozenset()
         now = self._clock()
         ready: list[_Entry] = []
         with self._lock:
@@ -133,7 +157,7 @@ class DirSource:
                     continue
                 seen_at = self._first_seen.setdefault(key, now)
                 stable = first.get(path) == key
-                if stable and is_complete_trace_file(path):
+                if path in refused or (stable and is_finished(path, self.folder)):
                     ready.append(_Entry(path, key))
                 elif now - seen_at >= self.give_up_s:
                     ready.append(_Entry(path, key))  # give up waiting: let the reader say what is wrong
@@ -158,32 +182,43 @@ class DirSource:
         with self._lock:
             return self._processed | self._handed
 
-    def _look(self) -> dict[Path, Key] | None:
+    def _look(self) -> _Look | CapturedWindow | None:
+        """The folder's trace files; None while it does not exist; a failed window when it
+        cannot be listed."""
         try:
-            entries = list(os.scandir(self.folder))
+            with os.scandir(self.folder) as it:
+                entries = list(it)
         except FileNotFoundError:
             if not self._missing_logged:
                 event(log, "source_waiting", logging.WARNING, source=self.name, reason="folder does not exist")
                 self._missing_logged = True
             return None
         except OSError as exc:
-            event(log, "source_error", logging.WARNING, source=self.name, error=exc.strerror or str(exc))
-            return None
+            error = f"cannot list the folder {self.folder}: {exc.strerror or exc}"
+            return CapturedWindow(source=self.name, path=None, error=error, outcome="failed")
         if self._missing_logged:
             event(log, "source_folder_found", source=self.name)
             self._missing_logged = False
-        out: dict[Path, Key] = {}
+        files: dict[Path, Key] = {}
+        refused: set[Path] = set()
         for entry in entries:
             if not is_trace_name(entry.name):
                 continue
+            path = Path(entry.path)
             try:
-                if not entry.is_file(follow_symlinks=False):
+                if entry.is_dir(follow_symlinks=False):
                     continue
-                st = entry.stat(follow_symlinks=False)
+                st = check(path, self.folder).st
+            except RefusedFile:
+                refused.add(path)  # handed over as it is: the reader refuses it again, with the reason
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
             except OSError:
                 continue
-            out[Path(entry.path)] = (entry.name, st.st_size, st.st_mtime_ns)
-        return out
+            files[path] = (entry.name, st.st_size, st.st_mtime_ns)
+        return _Look(files, frozenset(refused))
 
     def _done_callback(self, e: _Entry) -> Callable[[bool], None]:
         def done(processed: bool) -> None:
@@ -203,15 +238,16 @@ class DirSource:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            event(log, "source_delete_failed", logging.WARNING, source=self.name, file=path.name,
-                  error=exc.strerror or str(exc))
+            limited_event(log, self._repeats, ("delete", path.name, exc.errno), "source_delete_failed",
+                          logging.WARNING, source=self.name, file=path.name, error=exc.strerror or str(exc))
         else:
             event(log, "source_deleted", logging.DEBUG, source=self.name, file=path.name, reason=why)
 
     def _apply_retention(self) -> None:
         if not self.retention_files and not self.retention_bytes:
             return
-        files = self._look() or {}
+        look = self._look()
+        files = look.files if isinstance(look, _Look) else {}
         count = len(files)
         total = sum(key[1] for key in files.values())
         with self._lock:

@@ -17,6 +17,8 @@ So a file counts as finished only when
 
 Callers that poll a folder should also require the size to be unchanged between two polls
 (`SettleTracker`) before calling these, so that the decompression runs about once per file.
+`is_finished` (which `SettleTracker` uses) reads the file only as `confine.open_confined` opens
+it: never through a link out of its folder, never a FIFO (which would block the caller).
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .confine import RefusedFile, open_confined
+
 __all__ = [
     "TEMP_SUFFIXES",
     "TRACE_SUFFIXES",
     "SettleTracker",
     "is_complete_gzip",
     "is_complete_trace_file",
+    "is_finished",
 ]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -105,27 +110,40 @@ def _first_last_nonblank(path: str | os.PathLike[str], size: int) -> tuple[bytes
     return head[:1], tail[-1:]
 
 
-def is_complete_trace_file(path: str | os.PathLike[str]) -> bool:
+def is_complete_trace_file(path: str | os.PathLike[str], *, read_from: str | os.PathLike[str] | None = None) -> bool:
     """True when a `.json` or `.json.gz` trace file looks completely written (see module doc).
 
-    False for other suffixes, temporary names, missing files and unreadable files.
+    False for other suffixes, temporary names, missing files and unreadable files. The name of
+    `path` decides the format; the bytes come from `read_from` when given (e.g. the
+    `/proc/self/fd/N` of a file opened by `confine.open_confined`), else from `path`.
     """
     name = os.fspath(path)
+    data = path if read_from is None else read_from
     lower = name.lower()
     if lower.endswith(TEMP_SUFFIXES):
         return False
     if lower.endswith(".gz"):
-        return is_complete_gzip(path)
+        return is_complete_gzip(data)
     if not lower.endswith(".json"):
         return False
     try:
-        size = os.stat(path).st_size
+        size = os.stat(data).st_size
         if size < 2:
             return False
-        first, last = _first_last_nonblank(path, size)
+        first, last = _first_last_nonblank(data, size)
     except OSError:
         return False
     return first == b"{" and last == b"}"
+
+
+def is_finished(path: Path, folder: Path | None = None) -> bool:
+    """`is_complete_trace_file` on `path`, read as `confine.open_confined` opens it (module doc);
+    False for anything `confine` refuses."""
+    try:
+        with open_confined(path, folder) as opened:
+            return is_complete_trace_file(path, read_from=opened.reader_path)
+    except RefusedFile:
+        return False
 
 
 @dataclass
@@ -159,7 +177,7 @@ class SettleTracker:
             return False
         prev.stable = True
         if prev.complete is None:
-            prev.complete = st.st_size > 0 and is_complete_trace_file(path)
+            prev.complete = st.st_size > 0 and is_finished(path)
         return prev.complete
 
     def size(self, path: Path) -> int | None:

@@ -5,16 +5,25 @@ a folder's trace files (`*.json`, `*.json.gz`, see `dirsource.is_trace_name`) ar
 sorted name order, then again from the start, forever. Each `capture()` returns the next file
 as a fresh window without waiting (the scheduler's period paces the replay) and never deletes
 anything. `requested` is None: the window comes from the trace itself.
+
+Files are confined to their folder like a `dir:` source's (`warpwatch.capture.confine`): a
+single file that is refused (a link out of its folder, a FIFO, another user's file) stops the
+start with the reason; in a folder, each refused file is left out of the loop and handed over
+once, with the first window, so that its refusal is logged and counted. Sub-folders are
+ignored. The service opens every file through `confine` again, so a file swapped later is
+refused too.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
 from ..errors import CaptureError
 from . import CapturedWindow
+from .confine import RefusedFile, check
 from .dirsource import is_trace_name
 
 
@@ -25,16 +34,31 @@ class ReplaySource:
         self.path = Path(path)
         self.name = name or f"replay:{self.path}"
         self._files: list[Path] = []
+        self._refused: list[Path] = []
         self._next = 0
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        if self.path.is_file():
-            self._files = [self.path]
-        elif self.path.is_dir():
-            self._files = sorted(p for p in self.path.iterdir() if p.is_file() and is_trace_name(p.name))
+        if self.path.is_dir():
+            self._files, self._refused = [], []
+            for p in sorted(self.path.iterdir()):
+                if not is_trace_name(p.name) or _is_dir(p):
+                    continue
+                try:
+                    check(p, self.path)
+                except RefusedFile:
+                    self._refused.append(p)
+                else:
+                    self._files.append(p)
             if not self._files:
-                raise CaptureError(f"{self.name}: no trace files (*.json, *.json.gz) in folder {self.path}")
+                refused = f" ({len(self._refused)} refused: {self._refused[0].name}...)" if self._refused else ""
+                raise CaptureError(f"{self.name}: no trace files (*.json, *.json.gz) in folder {self.path}{refused}")
+        elif os.path.lexists(self.path):
+            try:
+                check(self.path)
+            except RefusedFile as exc:
+                raise CaptureError(f"{self.name}: {exc}") from None
+            self._files = [self.path]
         else:
             raise CaptureError(f"{self.name}: {self.path} does not exist")
 
@@ -44,11 +68,20 @@ class ReplaySource:
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         with self._lock:
+            refused, self._refused = self._refused, []
             if not self._files:
                 return []
             path = self._files[self._next % len(self._files)]
             self._next = (self._next + 1) % len(self._files)
-        return [CapturedWindow(source=self.name, path=path, labels={"process": f"replay:{path.name}"})]
+        return [CapturedWindow(source=self.name, path=p, labels={"process": f"replay:{p.name}"})
+                for p in (*refused, path)]
 
     def close(self) -> None:
         pass
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False

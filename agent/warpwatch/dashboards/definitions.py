@@ -886,8 +886,8 @@ def _agent_health(s: Settings) -> DashboardDef:
     return DashboardDef(
         uid="warpwatch-agent-health",
         title="warpwatch / Agent health",
-        description="Is the agent capturing and analysing windows: outcomes, processing time, duty "
-        "cycle, folded kernels, last window age, NVML.",
+        description="Is the agent capturing and analysing windows: outcomes, faults, processing time, "
+        "duty cycle, folded kernels, last window age, NVML.",
         variables=("namespace", "pod", "gpu"),
         panels=(
             PanelDef(
@@ -926,6 +926,21 @@ def _agent_health(s: Settings) -> DashboardDef:
                     Query(
                         f"sum by (namespace, pod, outcome) (rate({a(md.WINDOWS)}[$__rate_interval])) * 60",
                         "{{pod}} {{outcome}}",
+                    ),
+                ),
+                min=0,
+            ),
+            PanelDef(
+                "timeseries", "Faults by stage and reason",
+                "Faults the agent survived per minute: failed or timed-out windows by cause, refused "
+                "trace files (links out of the folder, FIFOs, other users' files), NVML errors, wall-clock "
+                "steps, overrun rounds. The agent keeps serving its last good snapshot meanwhile.",
+                "opm",
+                (
+                    Query(
+                        "sum by (namespace, pod, stage, reason) "
+                        f"(rate({a(md.ERRORS)}[$__rate_interval])) * 60 > 0",
+                        "{{pod}} {{stage}}/{{reason}}",
                     ),
                 ),
                 min=0,
