@@ -9,11 +9,9 @@ no 32-bit overflow), w = warp size, S = SM count, Wb = ceil(T / w), M = max warp
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -29,6 +27,7 @@ from .model import (
     WindowAnalysis,
 )
 from .occupancy import max_active_blocks
+from .trace import gc_paused
 
 INT32_LIMIT = 2**31
 """Kineto multiplies the grid in a signed 32-bit int: B >= 2^31 overflows."""
@@ -347,19 +346,6 @@ def _group_launches(launches: Sequence[KernelLaunch], window: TraceWindow) -> li
     return groups
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while hundreds of thousands of acyclic tuples are built: a
-    full collection would walk every launch of the trace."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 
@@ -387,7 +373,7 @@ def analyze(
     count = 0
     if launches is None:
         configs = _Configs(trace.devices)
-        with _gc_paused():
+        with gc_paused():
             groups = _group_launches(trace.launches, window)
         for g in groups:
             lm = _metrics(g.first, configs, None)

@@ -338,7 +338,7 @@ def _decode(data: bytes, path: str, workers: int | None) -> _Document:
 
 def _parse_whole(data: bytes, path: str) -> _Document:
     """Decode the document in one go; every error names its event by index."""
-    with _gc_paused():
+    with gc_paused():
         try:
             try:
                 top = _TOP_FAST.decode(data)
@@ -606,7 +606,7 @@ def _parse_in_parts(source: _Source, workers: int) -> _Document | None:
     if ranges is None:
         return None
     (head_lo, head_hi), *middle, (tail_lo, tail_hi) = ranges
-    with _gc_paused():
+    with gc_paused():
         try:
             head, head_events = _decode_edge(source, head_lo, head_hi, at_start=True)
             tail, tail_events = _decode_edge(source, tail_lo, tail_hi, at_start=False)
@@ -800,8 +800,9 @@ def _workers(requested: int | None, size: int) -> int:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while millions of acyclic objects are being built."""
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while millions of acyclic objects are being built (the
+    collector would walk every one of them; none of them forms a cycle)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
