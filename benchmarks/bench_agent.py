@@ -147,20 +147,21 @@ def bench_scrape(iterations: int) -> dict[str, Any]:
     }
 
 
-def bench_largest(repeats: int) -> dict[str, Any]:
+def bench_largest(repeats: int, path: Path = LARGEST) -> dict[str, Any]:
+    """One trace processed as the agent processes a window (in its worker thread: no fork)."""
     config = Config(source=("idle:",), address="127.0.0.1", port=0)
     svc = Service(config, sources=[_Idle()])
     times = []
     launches = 0
     for _ in range(repeats):
         t0 = time.perf_counter()
-        result = svc.process_window(CapturedWindow(source="bench", path=LARGEST))
+        result = svc.process_window(CapturedWindow(source="bench", path=path))
         times.append(time.perf_counter() - t0)
         assert result.analysis is not None, result
         launches = result.analysis.launch_count
     return {
-        "file": LARGEST.name,
-        "file_mib": LARGEST.stat().st_size / 2**20,
+        "file": path.name,
+        "file_mib": path.stat().st_size / 2**20,
         "launches": launches,
         "seconds_best": min(times),
         "seconds_median": statistics.median(times),
@@ -204,6 +205,8 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=500)
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--window-files", nargs="*", type=Path, default=[], metavar="TRACE",
+                        help="also time these traces as windows (e.g. benchmarks/data/*MB.json from gen_traces.py)")
     args = parser.parse_args()
     if not LARGEST.exists():
         print(f"shared traces missing under {SHARED} (set WARPWATCH_SHARED_TRACES)", file=sys.stderr)
@@ -219,6 +222,11 @@ def main() -> int:
     print(f"largest shared trace as one window: {largest['file']} ({largest['file_mib']:.1f} MiB gz, "
           f"{largest['launches']:,} kernel launches)")
     print(f"  read + analyse  best {largest['seconds_best']:.2f} s  median {largest['seconds_median']:.2f} s")
+
+    for path in args.window_files:
+        fig = bench_largest(3, path)
+        print(f"window {fig['file']} ({fig['file_mib']:.0f} MiB, {fig['launches']:,} launches): "
+              f"best {fig['seconds_best']:.2f} s  median {fig['seconds_median']:.2f} s")
 
     rss = bench_rss(args.windows)
     trail = ", ".join(f"{k}: {v}" for k, v in rss["rss_mib_by_window"].items())

@@ -102,6 +102,8 @@ class Ticker:
         from apscheduler.schedulers.background import BackgroundScheduler
         from apscheduler.triggers.interval import IntervalTrigger
 
+        # APScheduler logs every job added, run and finished at INFO: our own round lines say it.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
         scheduler = BackgroundScheduler(
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             timezone=timezone.utc,
