@@ -17,15 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"warpwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from . import report
+    from . import dashboards, report, service
 
     report.register(sub)
-    for module in ("warpwatch.service", "warpwatch.dashboards"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
-        mod.register(sub)
+    service.register(sub)
+    dashboards.register(sub)
     return parser
 
 
