@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 ARTIFACT_KINDS: tuple[str, ...] = (
     "negative_warps_per_sm",
     "non_finite",
@@ -95,9 +97,11 @@ class DeviceProperties:
         return self.max_threads_per_sm // self.warp_size
 
 
-@dataclass(frozen=True, slots=True)
-class KernelLaunch:
+class KernelLaunch(msgspec.Struct, frozen=True, gc=False):
     """One kernel event of a trace, as written (nothing corrected yet).
+
+    A msgspec struct (not a dataclass) because the reader builds hundreds of thousands of them
+    and sends them between its decoding processes as they are (`gc=False`: they hold no cycles).
 
     `ts`/`dur` are microseconds as written in the trace. `grid`/`block` are None when the
     trace carries no launch configuration (CUDA graphs, ROCm). `reported_*` keep the raw

@@ -149,38 +149,12 @@ class _FastTraceFile(msgspec.Struct):
     schemaVersion: Any = None
 
 
-class _Launch(msgspec.Struct, gc=False):
-    """A KernelLaunch on its way (cheap to build, to send between processes, to convert)."""
-
-    name: str
-    device: int
-    ts: float
-    dur: float
-    stream: int | str | None
-    grid: tuple[int, int, int] | None
-    block: tuple[int, int, int] | None
-    registers_per_thread: int | None
-    shared_memory: int | None
-    reported_warps_per_sm: float | str | None
-    reported_blocks_per_sm: float | str | None
-    reported_occupancy_pct: float | str | None
-
-
 class _Scanned(msgspec.Struct, array_like=True, gc=False):
     """What one piece of `traceEvents` contributes to the Trace."""
 
-    launches: list[_Launch]
-    spans: list[tuple[Any, Any]]
-    """ts and dur of every Trace event, in order (the first valid one is the span)."""
-    gpu_lo: float
-    gpu_hi: float
-
-
-class _Received(msgspec.Struct, array_like=True):
-    """`_Scanned` as it arrives from a worker process, launches already built."""
-
     launches: list[KernelLaunch]
     spans: list[tuple[Any, Any]]
+    """ts and dur of every Trace event, in order (the first valid one is the span)."""
     gpu_lo: float
     gpu_hi: float
 
@@ -193,7 +167,7 @@ _VALUES: msgspec.json.Decoder[list[Any]] = msgspec.json.Decoder(list[Any])
 _KERNEL_ARGS: msgspec.json.Decoder[list[_KernelArgs | None]] = msgspec.json.Decoder(list[_KernelArgs | None])
 _ONE_ARGS: msgspec.json.Decoder[_Args | None] = msgspec.json.Decoder(_Args | None)
 _SEND = msgspec.msgpack.Encoder()
-_RECEIVE: msgspec.msgpack.Decoder[_Received] = msgspec.msgpack.Decoder(_Received)
+_RECEIVE: msgspec.msgpack.Decoder[_Scanned] = msgspec.msgpack.Decoder(_Scanned)
 _EMPTY_ARGS = _KernelArgs()
 _EMPTY_PERMISSIVE_ARGS = _Args()
 _INTERESTING = GPU_CATEGORIES | {"Trace"}
@@ -358,8 +332,7 @@ def _parse_whole(data: bytes, path: str) -> _Document:
             span = _first_span(scanned.spans)
         except _BadEvent as bad:
             raise TraceError(path, _describe_bad_event(bad, events)) from None
-        launches = msgspec.convert(scanned.launches, list[KernelLaunch], from_attributes=True)
-    return _Document(header, bool(events), launches, span, scanned.gpu_lo, scanned.gpu_hi)
+    return _Document(header, bool(events), scanned.launches, span, scanned.gpu_lo, scanned.gpu_hi)
 
 
 def _scan(events: list[Any], fast: bool) -> _Scanned:
@@ -400,7 +373,7 @@ def _scan(events: list[Any], fast: bool) -> _Scanned:
     return _Scanned(_launches(kernels), spans, lo, hi)
 
 
-def _launches(kernels: list[tuple[Any, float, float]]) -> list[_Launch]:
+def _launches(kernels: list[tuple[Any, float, float]]) -> list[KernelLaunch]:
     """Kernel events -> launches. Names and args are decoded here, for kernels only, in one go."""
     if not kernels:
         return []
@@ -420,7 +393,7 @@ def _launches(kernels: list[tuple[Any, float, float]]) -> list[_Launch]:
         if warps.__class__ is str or blocks.__class__ is str or occupancy.__class__ is str:
             warps, blocks, occupancy = _reported(warps), _reported(blocks), _reported(occupancy)
         out.append(
-            _Launch(
+            KernelLaunch(
                 name if name.__class__ is str else str(name),
                 device,
                 ts,
@@ -438,7 +411,7 @@ def _launches(kernels: list[tuple[Any, float, float]]) -> list[_Launch]:
     return out
 
 
-def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> _Launch:
+def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> KernelLaunch:
     try:
         args = _ONE_ARGS.decode(ev.args) or _EMPTY_PERMISSIVE_ARGS
     except msgspec.ValidationError as exc:
@@ -447,7 +420,7 @@ def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> _Launch:
     stream = args.stream if _is_int(args.stream) or isinstance(args.stream, str) else None
     regs = args.registers_per_thread
     smem = args.shared_memory
-    return _Launch(
+    return KernelLaunch(
         name=name if isinstance(name, str) else str(name),
         device=device,
         ts=ts,
@@ -613,8 +586,8 @@ def _parse_in_parts(source: _Source, workers: int) -> _Document | None:
             scanned = _scan_parallel(source, middle, workers)
             if scanned is None:
                 return None
-            first = _received(_scan(head_events, fast=False))
-            last = _received(_scan(tail_events, fast=False))
+            first = _scan(head_events, fast=False)
+            last = _scan(tail_events, fast=False)
             pieces = [first, *scanned, last]
             span = _first_span(s for p in pieces for s in p.spans)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, _Irregular, _BadEvent):
@@ -664,7 +637,7 @@ def _scan_range(source: _Source, lo: int, hi: int, buf: bytearray) -> _Scanned:
         return _scan(_PART.decode(text), fast=False)
 
 
-def _scan_parallel(source: _Source, ranges: Sequence[tuple[int, int]], workers: int) -> list[_Received] | None:
+def _scan_parallel(source: _Source, ranges: Sequence[tuple[int, int]], workers: int) -> list[_Scanned] | None:
     """Scan the pieces in `workers` processes; results in document order, None on any failure.
 
     The piece numbers wait in a pipe that every process reads from, so each takes the next
@@ -673,8 +646,8 @@ def _scan_parallel(source: _Source, ranges: Sequence[tuple[int, int]], workers: 
     """
     if workers <= 1 or len(ranges) < 2 or len(ranges) * _PIECE.size > 32 * 1024:  # (the pipe holds 64 KiB)
         buf = bytearray()
-        return [_received(_scan_range(source, lo, hi, buf)) for lo, hi in ranges]
-    results: list[_Received | None] = [None] * len(ranges)
+        return [_scan_range(source, lo, hi, buf) for lo, hi in ranges]
+    results: list[_Scanned | None] = [None] * len(ranges)
     todo_r, todo_w = os.pipe()
     os.write(todo_w, b"".join(_PIECE.pack(i) for i in range(len(ranges))))
     os.close(todo_w)
@@ -684,7 +657,7 @@ def _scan_parallel(source: _Source, ranges: Sequence[tuple[int, int]], workers: 
             children.append(_fork_scanner(source, ranges, todo_r))
         buf = bytearray()
         while (i := _next_piece(todo_r)) is not None:
-            results[i] = _received(_scan_range(source, *ranges[i], buf))
+            results[i] = _scan_range(source, *ranges[i], buf)
             for child in children:
                 child.receive(results, wait=False)
         del buf
@@ -718,7 +691,7 @@ class _Child:
         self.pending = b""
         self.done = False
 
-    def receive(self, results: list[_Received | None], *, wait: bool) -> None:
+    def receive(self, results: list[_Scanned | None], *, wait: bool) -> None:
         """Decode the pieces finished so far, or (`wait`) every piece until the child is done."""
         while not self.done and (wait or select.select([self.notes], [], [], 0)[0]):
             data = os.read(self.notes, 64 * 1024)
@@ -774,11 +747,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _received(scanned: _Scanned) -> _Received:
-    launches = msgspec.convert(scanned.launches, list[KernelLaunch], from_attributes=True)
-    return _Received(launches, scanned.spans, scanned.gpu_lo, scanned.gpu_hi)
 
 
 def _workers(requested: int | None, size: int) -> int:
