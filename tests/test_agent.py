@@ -524,3 +524,33 @@ def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
         agent.stop()
     log = "\n".join(agent.lines)
     assert password not in log and hashed not in log
+
+
+def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() -> None:
+    """The Kineto daemon needs a start lead and a poll wait beyond window + collect_timeout: a source
+    states that overhead, and the round's bound grows by it instead of timing the window out."""
+    from warpwatch.service import CAPTURE_GRACE_S
+
+    class SlowSource(StubSource):
+        capture_overhead_s = 2.0
+
+        def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+            time.sleep(window_s + timeout_s + CAPTURE_GRACE_S + 1.0)  # 1 s past the bound without overhead
+            return [CapturedWindow(source=self.name, path=ALEXNET)]
+
+    svc = service_for(SlowSource())
+    svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="ok") == 1
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 0
+
+
+def test_sources_state_their_capture_overhead() -> None:
+    from warpwatch.capture import capture_overhead_s
+    from warpwatch.capture.daemon import KINETO_FINISH_S, KinetoDaemonSource
+    from warpwatch.capture.servers import VllmSource
+
+    daemon = KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", start_lead_s=3.0, poll_interval_hint_s=5.0)
+    assert capture_overhead_s(daemon) == 1.5 * 5.0 + 1.0 + 3.0 + KINETO_FINISH_S  # no client seen yet
+    vllm = VllmSource("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
+    assert capture_overhead_s(vllm) == 3 * 10.0 + 1.0 + 2.0
+    assert capture_overhead_s(StubSource()) == 0.0

@@ -52,7 +52,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from . import __version__
 from .analysis import analyze
-from .capture import CapturedWindow, Outcome, Source
+from .capture import CapturedWindow, Outcome, Source, capture_overhead_s
 from .capture.confine import RefusedFile, open_confined
 from .config import Config, add_arguments, describe, load_config
 from .errors import TraceError, WarpwatchError
@@ -465,7 +465,9 @@ class Service:
             t = threading.Thread(target=target, name=f"warpwatch-capture-{i}", daemon=True)
             t.start()
             threads.append(t)
-        deadline = time.monotonic() + c.window + c.collect_timeout + CAPTURE_GRACE_S
+        bound = c.window + c.collect_timeout + CAPTURE_GRACE_S + max(
+            (capture_overhead_s(src) for src in self.sources), default=0.0)
+        deadline = time.monotonic() + bound
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         windows: list[CapturedWindow] = []
@@ -474,8 +476,7 @@ class Service:
                 windows.extend(out[i])
             elif i in started:
                 windows.append(CapturedWindow(source=src.name, path=None, outcome="timed_out",
-                                              error=f"capture did not return within "
-                                                    f"{c.window + c.collect_timeout + CAPTURE_GRACE_S:g}s"))
+                                              error=f"capture did not return within {bound:g}s"))
         return windows
 
     def process_window(self, cw: CapturedWindow) -> WindowResult:

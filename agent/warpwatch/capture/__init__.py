@@ -43,6 +43,14 @@ class CapturedWindow:
             self.on_done(processed)
 
 
+def capture_overhead_s(source: object) -> float:
+    """Seconds a source's capture may take beyond `window_s + timeout_s` (e.g. the Kineto daemon's
+    start lead and poll wait, an HTTP server's start/stop requests). A source states it with an
+    optional `capture_overhead_s` attribute or property; without one it is 0."""
+    value = getattr(source, "capture_overhead_s", 0.0)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+
+
 @runtime_checkable
 class Source(Protocol):
     """Where windows come from. One instance per `--source` spec."""
@@ -56,7 +64,8 @@ class Source(Protocol):
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Open one window of `window_s` seconds and return what it produced.
 
-        Blocks at most about `window_s + timeout_s`. Returns [] when nothing is there yet.
+        Blocks at most about `window_s + timeout_s + capture_overhead_s(source)`. Returns [] when
+        nothing is there yet.
         Must not raise for expected failures: return a CapturedWindow with `error` set.
         """
 

@@ -500,6 +500,14 @@ class KinetoDaemonSource:
     def configs_sent(self) -> int:
         return self._counters.configs_sent
 
+    @property
+    def capture_overhead_s(self) -> float:
+        """How long `capture` may take beyond window + timeout (the service bounds rounds with it):
+        one accept period (1.5 poll intervals + 1 s), the start lead, and Kineto's file write."""
+        with self._lock:
+            interval = max([self._interval(c) for c in self._clients.values()], default=self.poll_interval_hint_s)
+        return 1.5 * interval + 1.0 + self.start_lead_s + KINETO_FINISH_S
+
     def _interval(self, client: _Client) -> float:
         return client.poll_interval_s if client.poll_interval_s is not None else self.poll_interval_hint_s
 

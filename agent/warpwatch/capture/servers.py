@@ -277,6 +277,13 @@ class _ProfilingServerSource:
         self._unhealthy = False
         return windows
 
+    @property
+    def capture_overhead_s(self) -> float:
+        """How long `capture` may take beyond window + timeout (the service bounds rounds with it):
+        the start request with all its retries and their doubling pauses."""
+        attempts = self.max_retries + 1
+        return float(attempts * self.request_timeout_s + self.retry_pause_s * (2**self.max_retries - 1))
+
     # -- HTTP ----------------------------------------------------------------------------
 
     def _post(self, path: str, body: bytes | None, timeout: float) -> _Reply:
