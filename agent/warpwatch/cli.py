@@ -26,9 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
+    try:  # building the parser imports every subcommand: a Ctrl-C meanwhile exits quietly too
+        parser = build_parser()
+        args = parser.parse_args(argv)
         code: int = args.func(args)
     except WarpwatchError as exc:
         print(f"warpwatch: error: {exc}", file=sys.stderr)
