@@ -161,7 +161,7 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
             t.start()
         for _ in range(2):  # two renders run at once (the pool); the third waits for one
             assert renders.entered.acquire(timeout=10)
-        wait_until(lambda: server.connections == 3)
+        wait_until(lambda: server.connections == 3 and all(c.in_request for c in server._conns))
         with connect(server.port) as s:
             answer = closed_by_server(s)
         assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
