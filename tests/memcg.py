@@ -8,6 +8,7 @@ created here (the tests then skip, saying so).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -79,7 +80,8 @@ class MemoryCgroup:
         try:
             if self.version == 2:
                 (self.path / "memory.max").write_text(str(self.limit))
-                (self.path / "memory.swap.max").write_text("0") if (self.path / "memory.swap.max").exists() else None
+                if (self.path / "memory.swap.max").exists():
+                    (self.path / "memory.swap.max").write_text("0")
             else:
                 (self.path / "memory.limit_in_bytes").write_text(str(self.limit))
                 swap = self.path / "memory.memsw.limit_in_bytes"
@@ -96,10 +98,8 @@ class MemoryCgroup:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.1)
         for _ in range(50):
             try:
@@ -116,7 +116,7 @@ class MemoryCgroup:
             with open(procs, "w") as fh:
                 fh.write(str(os.getpid()))
 
-        return subprocess.Popen(argv, preexec_fn=join, **kwargs)  # noqa: PLW1509 (no threads in the child)
+        return subprocess.Popen(argv, preexec_fn=join, **kwargs)  # (the child runs no thread before exec)
 
     def oom_kills(self) -> int:
         """How many processes the kernel killed for going over the limit."""

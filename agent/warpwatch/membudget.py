@@ -16,6 +16,7 @@ of `read_trace` + `analyze` on the reference trace, both rounded up.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ class MemoryBudget:
         piece = max(MIN_PIECE_BYTES, min(PIECE_BYTES, free // (4 * PIECE_FACTOR) // MiB * MiB))
         per_worker = piece * PIECE_FACTOR
         allowed = max(1, (free // 2) // per_worker)  # pieces never take more than half
-        n = allowed if workers is None else min(workers, allowed)
+        n = min(allowed, _cores() if may_fork() else 1) if workers is None else min(workers, allowed)
         launch_bytes = free - n * per_worker
         each = BYTES_PER_LAUNCH if n == 1 else BYTES_PER_LAUNCH_FORKED
         max_launches = max(0, launch_bytes // each)
@@ -164,6 +165,13 @@ class MemoryBudget:
             "piece_mib": limits.piece_bytes // MiB,
             "max_trace_bytes": max_bytes,
         }
+
+
+def may_fork() -> bool:
+    """Whether the process may fork decoding workers: forking a process that runs other threads
+    can deadlock the child (locks held by them)."""
+    return (hasattr(os, "fork") and threading.active_count() == 1
+            and threading.current_thread() is threading.main_thread())
 
 
 def _cores() -> int:

@@ -17,7 +17,6 @@ import select
 import signal
 import struct
 import tempfile
-import threading
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any, Protocol
@@ -26,7 +25,7 @@ import msgspec
 
 from ..errors import TraceError
 from ..gcpause import gc_paused
-from ..membudget import ReadLimits
+from ..membudget import ReadLimits, may_fork
 from .pieces import Collector, Document, over_budget
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
 
@@ -343,9 +342,6 @@ def _workers(requested: int | None, size: int) -> int:
         except AttributeError:  # not Linux
             n = os.cpu_count() or 1
         n = min(n, MAX_WORKERS)
-    if n <= 1 or size < PARALLEL_MIN_BYTES or not hasattr(os, "fork"):
-        return 1
-    # Forking a process that runs other threads can deadlock the child (locks held by them).
-    if threading.active_count() > 1 or threading.current_thread() is not threading.main_thread():
+    if n <= 1 or size < PARALLEL_MIN_BYTES or not may_fork():
         return 1
     return n
