@@ -15,6 +15,7 @@ reject a piece of the document.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Union
@@ -77,14 +78,18 @@ class Event(msgspec.Struct, gc=False):
 
 
 class Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
-    """A complete event ("ph": "X"): kernels, memcpy, memset, the Trace span, CPU ops..."""
+    """A complete event ("ph": "X"): kernels, memcpy, memset, the Trace span, CPU ops...
+
+    Name and args are typed for every complete event (their args mostly have none of the
+    kernel keys, which are then None): one decode builds the launches, and an event whose
+    types differ sends its whole piece to the permissive types."""
 
     cat: str | None = None
-    name: msgspec.Raw = RAW_NULL
+    name: str | None = None
     pid: Any = None
     ts: float | None = None
     dur: float | None = None
-    args: msgspec.Raw = RAW_NULL
+    args: KernelArgs | None = None
 
 
 def _skipped_phase(ph: str) -> type[msgspec.Struct]:
@@ -210,7 +215,7 @@ def _scan(events: list[Any], fast: bool, interned: Interned, hip: bool) -> Scann
     for ev in events:
         cat = ev.cat
         if cat not in _INTERESTING:
-            if hip and cat in RUNTIME_CATEGORIES and bytes(ev.name)[:4] == HIP_MARK:
+            if hip and cat in RUNTIME_CATEGORIES:
                 calls.append(ev)
             continue
         ts = ev.ts
@@ -231,7 +236,14 @@ def _scan(events: list[Any], fast: bool, interned: Interned, hip: bool) -> Scann
             hi = ts + dur
         if cat in KERNEL_CATEGORIES:
             kernels.append((ev, ts, dur))
-    launches, correlations = _launches(kernels, interned)
+    if fast:
+        launches, correlations = _typed_launches(kernels, interned)
+        hip_calls = [(ev.args.correlation, ev.name[:64]) for ev in calls
+                     if ev.name is not None and ev.name[:3] == "hip" and ev.args is not None
+                     and ev.args.correlation is not None]
+    else:
+        launches, correlations = _launches(kernels, interned)
+        hip_calls = _hip_calls(c for c in calls if bytes(c.name)[:4] == HIP_MARK)
     span = None
     span_bad = None
     try:
@@ -239,10 +251,50 @@ def _scan(events: list[Any], fast: bool, interned: Interned, hip: bool) -> Scann
         span = None if window is None else (window.t0, window.t1)
     except BadEvent as bad:
         span_bad = describe_bad_event(bad, events_all)
-    return Scanned(count, launches, correlations, _hip_calls(calls), span, lo, hi, None, span_bad)
+    return Scanned(count, launches, correlations, hip_calls, span, lo, hi, None, span_bad)
 
 
-def _hip_calls(calls: list[Any]) -> list[tuple[int, str]]:
+def _typed_launches(
+    kernels: list[tuple[Any, float, float]], interned: Interned
+) -> tuple[list[KernelLaunch], list[int]]:
+    """Kernel events decoded with their names and args typed -> launches."""
+    out = []
+    correlations = []
+    name_of = interned.names.setdefault
+    dim = interned.dim
+    empty = _EMPTY_ARGS
+    for ev, ts, dur in kernels:
+        a = ev.args or empty
+        name = ev.name
+        if name is None:
+            name = "None"
+        device = a.device
+        if device is None:
+            device = ev.pid if ev.pid.__class__ is int else -1
+        warps, blocks, occupancy = a.warps_per_sm, a.blocks_per_sm, a.occupancy_pct
+        if warps.__class__ is str or blocks.__class__ is str or occupancy.__class__ is str:
+            warps, blocks, occupancy = reported(warps), reported(blocks), reported(occupancy)
+        out.append(
+            KernelLaunch(
+                name_of(name, name),
+                device,
+                ts,
+                dur,
+                a.stream,
+                dim(a.grid),
+                dim(a.block),
+                a.registers_per_thread,
+                a.shared_memory,
+                warps,
+                blocks,
+                occupancy,
+            )
+        )
+        correlations.append(-1 if a.correlation is None else a.correlation)
+    return out, correlations
+
+
+def _hip_calls(calls: Iterable[Any]) -> list[tuple[int, str]]:
     out = []
     for ev in calls:
         try:
@@ -350,10 +402,10 @@ def describe_bad_event(bad: BadEvent, events: list[Any]) -> tuple[int, str]:
     ev = events[index]
     if bad.problem == "args":
         return index, f"unexpected structure: {_braces(bad.detail)} - at `$.traceEvents[{{index}}].args`"
-    try:
-        name = msgspec.json.decode(ev.name)
-    except msgspec.DecodeError:
-        name = ev.name
+    name: Any = ev.name
+    if isinstance(name, msgspec.Raw):
+        with contextlib.suppress(msgspec.DecodeError):
+            name = msgspec.json.decode(name)
     return index, "traceEvents[{index}] " + _braces(
         f"({ev.cat!s:.20} {name!s:.60}): ts/dur must be finite numbers, "
         f"dur >= 0 (got ts={ev.ts!r:.30}, dur={ev.dur!r:.30})"
