@@ -2,35 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+TraceFault = Literal["invalid_trace", "too_large", "io_error"]
+"""Why a trace could not be read: the `reason` of its `read` fault (`export.FAULTS`)."""
+
 
 class WarpwatchError(Exception):
     """Base of every error warpwatch raises on purpose."""
 
 
-TRACE_ERROR_KINDS = ("invalid_trace", "too_large", "io_error")
-"""`TraceError.kind`: the `read` fault reason it is counted as (`model.FAULTS`)."""
-
-
 class TraceError(WarpwatchError):
     """A trace file cannot be read: the message names the file and what is wrong with it.
 
-    `kind` is one of `TRACE_ERROR_KINDS`; the service counts the failure under it. A reader that
-    does not say it gets the kind its reason's wording implies (`cannot read`/`no such file`/...
-    -> io_error, `larger than` -> too_large, anything else -> invalid_trace)."""
+    `kind` says why, as the `read` fault counts it: `invalid_trace` (empty, truncated, not JSON,
+    not a Kineto trace), `too_large` (over `max_trace_bytes` or the memory budget) or `io_error`
+    (the file could not be opened or read). `TraceError(message, kind=...)` without a reason
+    takes the message as it is.
+    """
 
-    def __init__(self, path: str, reason: str, *, kind: str | None = None) -> None:
+    def __init__(self, path: str, reason: str = "", *, kind: TraceFault = "invalid_trace") -> None:
         self.path = path
-        self.reason = reason
-        self.kind = kind if kind is not None else _kind_of(reason)
-        super().__init__(f"{path}: {reason}")
-
-
-def _kind_of(reason: str) -> str:
-    if reason.startswith(("cannot read", "no such file", "permission denied", "is a directory")):
-        return "io_error"
-    if reason.startswith("larger than"):
-        return "too_large"
-    return "invalid_trace"
+        self.reason = reason or path
+        self.kind: TraceFault = kind
+        super().__init__(f"{path}: {reason}" if reason else path)
 
 
 class ConfigError(WarpwatchError):

@@ -54,6 +54,7 @@ from .config import Config, add_arguments, describe, load_config
 from .errors import TraceError
 from .export import GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
 from .logs import RepeatFilter, configure, event, limited_event
+from .membudget import MemoryBudget
 from .model import DeviceProperties, Fault, Outcome
 from .nvml import Nvml, NvmlReading
 from .selfmetrics import AgentCollector
@@ -140,6 +141,8 @@ class Service:
         """Faults noted outside the round thread (overruns), counted by the next round."""
         self._faults_lock = threading.Lock()
         self._clock_mark: tuple[float, float] | None = None
+        self.memory = MemoryBudget.detect()
+        """The cgroup memory limit, which sizes each window's read (`membudget`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,6 +156,7 @@ class Service:
         """Start everything; raise WarpwatchError (nothing left running) when that is impossible."""
         c = self.config
         event(log, "starting", version=__version__, **describe(c))
+        event(log, "memory_budget", **self.memory.describe(c.max_trace_bytes))
         if c.web_config is not None:
             self.web = load_web_config(c.web_config)
         if c.gpu_properties is not None:
@@ -417,8 +421,8 @@ class Service:
         t0 = time.perf_counter()
         try:
             with open_confined(cw.path) as opened:
-                trace = read_trace(opened.reader_path, max_bytes=self.config.max_trace_bytes,
-                                   gpu_properties=self._gpu_properties)
+                trace = read_trace(opened.reader_path, gpu_properties=self._gpu_properties,
+                                   limits=self.memory.read_limits(self.config.max_trace_bytes))
             analysis = analyze(trace, requested=cw.requested)
         except RefusedFile as exc:
             fault: Fault = ("read", "io_error" if exc.reason == "unreadable" else f"refused_{exc.reason}")
