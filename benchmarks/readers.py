@@ -53,7 +53,7 @@ def warpwatch_api(path: str, workers: int | None = None) -> dict[str, Any]:
     import msgspec
 
     from warpwatch.analysis import analyze
-    from warpwatch.report import analysis_to_dict
+    from warpwatch.analyze_command import analysis_to_dict
     from warpwatch.trace import read_trace
 
     trace = read_trace(path, workers=workers)
@@ -65,7 +65,7 @@ def warpwatch_report(path: str) -> None:
     """`warpwatch analyze --format json` through warpwatch.report alone (when the CLI does not start)."""
     import argparse
 
-    from warpwatch import report
+    from warpwatch import analyze_command as report
 
     parser = argparse.ArgumentParser(prog="warpwatch")
     report.register(parser.add_subparsers())

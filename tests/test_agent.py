@@ -37,7 +37,7 @@ from warpwatch import metricdefs as md
 from warpwatch import service as service_module
 from warpwatch.capture import CapturedWindow
 from warpwatch.config import Config
-from warpwatch.names import KernelNamer
+from warpwatch.labels import KernelNamer
 from warpwatch.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent

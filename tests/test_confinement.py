@@ -42,8 +42,8 @@ from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
 from warpwatch.export import FAULTS
+from warpwatch.labels import MAX_LABEL_LENGTH
 from warpwatch.logs import JsonFormatter, TextFormatter
-from warpwatch.names import MAX_LABEL_LENGTH
 from warpwatch.service import Service
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another uid)")

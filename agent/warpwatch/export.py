@@ -46,8 +46,8 @@ from prometheus_client.core import (
 from . import __version__
 from . import metricdefs as md
 from .capture import Outcome
+from .labels import KernelNamer, label_text
 from .model import DeviceProperties, DeviceStats, KernelStats, WindowAnalysis
-from .names import KernelNamer, label_text
 
 OTHER = "other"
 OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "failed", "timed_out")

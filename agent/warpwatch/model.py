@@ -20,6 +20,7 @@ ARTIFACT_KINDS: tuple[str, ...] = (
     "occupancy_smem_optin",
     "unrounded_warps",
     "missing_launch_config",
+    "grid_units_unknown",
 )
 """Every way the profiler's reported values can be wrong for one launch (spec: `artifacts`)."""
 
@@ -57,6 +58,12 @@ ARTIFACT_EXPLANATIONS: dict[str, str] = {
     "missing_launch_config": (
         "The kernel event has no grid/block (CUDA graph replays, ROCm): warps per SM and occupancy are unknown "
         "for it, not zero."
+    ),
+    "grid_units_unknown": (
+        "An AMD kernel whose grid may count work-items or blocks: ROCm's profiler writes globalWorkSize "
+        "(hipExtModuleLaunchKernel, hipHccModuleLaunchKernel: Tensile, MIOpen) in the same field as gridDim "
+        "(hipLaunchKernel and the others), and no runtime event with the same correlation id says which call "
+        "launched it. Its warps per SM are unknown, not guessed."
     ),
 }
 """One plain sentence or three per artefact kind, for reports and dashboards."""
@@ -120,6 +127,9 @@ class KernelLaunch(msgspec.Struct, frozen=True, gc=False):
     reported_warps_per_sm: float | str | None
     reported_blocks_per_sm: float | str | None
     reported_occupancy_pct: float | str | None
+    launch_api: str | None = None
+    """The runtime call that launched the kernel (the runtime event with the same `correlation`),
+    kept only when it starts with `hip`: on AMD it says the unit of `grid` (spec "AMD traces")."""
 
 
 @dataclass(frozen=True, slots=True)

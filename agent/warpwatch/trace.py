@@ -82,6 +82,7 @@ class _Args(msgspec.Struct, gc=False):
     warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
     blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
     occupancy_pct: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    correlation: Any = None
 
 
 class _KernelArgs(msgspec.Struct, gc=False):
@@ -96,6 +97,15 @@ class _KernelArgs(msgspec.Struct, gc=False):
     warps_per_sm: float | str | None = msgspec.field(default=None, name="warps per SM")
     blocks_per_sm: float | str | None = msgspec.field(default=None, name="blocks per SM")
     occupancy_pct: float | str | None = msgspec.field(default=None, name="est. achieved occupancy %")
+    correlation: int | None = None
+
+
+class _RuntimeArgs(msgspec.Struct, gc=False):
+    """What a HIP runtime event says about the launch it made (spec "AMD traces"). Permissive."""
+
+    correlation: Any = None
+    grid: Any = None
+    block: Any = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -157,6 +167,10 @@ class _Scanned(msgspec.Struct, array_like=True, gc=False):
     """ts and dur of every Trace event, in order (the first valid one is the span)."""
     gpu_lo: float
     gpu_hi: float
+    correlations: list[int] = msgspec.field(default_factory=list)
+    """The `correlation` arg of each launch (-1 when absent), in order."""
+    hip_calls: list[tuple[int, str, Any, Any]] = msgspec.field(default_factory=list)
+    """(correlation, name, grid, block) of every runtime event whose name starts with `hip`."""
 
 
 _TOP: msgspec.json.Decoder[_TraceFile | list[_Event]] = msgspec.json.Decoder(_TraceFile | list[_Event])
@@ -170,7 +184,10 @@ _SEND = msgspec.msgpack.Encoder()
 _RECEIVE: msgspec.msgpack.Decoder[_Scanned] = msgspec.msgpack.Decoder(_Scanned)
 _EMPTY_ARGS = _KernelArgs()
 _EMPTY_PERMISSIVE_ARGS = _Args()
-_INTERESTING = GPU_CATEGORIES | {"Trace"}
+RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
+"""Runtime events: a `hip...` one names the call that launched the kernel with its `correlation`."""
+_INTERESTING = GPU_CATEGORIES | RUNTIME_CATEGORIES | {"Trace"}
+_RUNTIME_ARGS: msgspec.json.Decoder[_RuntimeArgs | None] = msgspec.json.Decoder(_RuntimeArgs | None)
 
 
 class _Irregular(Exception):
@@ -299,6 +316,8 @@ class _Document:
     span: TraceWindow | None
     gpu_lo: float
     gpu_hi: float
+    correlations: list[int]
+    hip_calls: list[tuple[int, str, Any, Any]]
 
 
 def _decode(data: bytes, path: str, workers: int | None) -> _Document:
@@ -332,7 +351,10 @@ def _parse_whole(data: bytes, path: str) -> _Document:
             span = _first_span(scanned.spans)
         except _BadEvent as bad:
             raise TraceError(path, _describe_bad_event(bad, events)) from None
-    return _Document(header, bool(events), scanned.launches, span, scanned.gpu_lo, scanned.gpu_hi)
+    return _Document(
+        header, bool(events), scanned.launches, span, scanned.gpu_lo, scanned.gpu_hi,
+        scanned.correlations, scanned.hip_calls,
+    )
 
 
 def _scan(events: list[Any], fast: bool) -> _Scanned:
@@ -346,6 +368,7 @@ def _scan(events: list[Any], fast: bool) -> _Scanned:
     isfinite = math.isfinite
     spans: list[tuple[Any, Any]] = []
     kernels: list[tuple[Any, float, float]] = []
+    hip_calls: list[tuple[int, str, Any, Any]] = []
     lo = math.inf
     hi = -math.inf
     for ev in events:
@@ -356,6 +379,10 @@ def _scan(events: list[Any], fast: bool) -> _Scanned:
         dur = ev.dur
         if cat == "Trace":
             spans.append((ts, dur))
+            continue
+        if cat in RUNTIME_CATEGORIES:
+            if bytes(memoryview(ev.name)[:4]) == b'"hip':
+                _hip_call(ev, hip_calls)
             continue
         if ts.__class__ is not float or dur.__class__ is not float:
             ts = _finite_number(ts)
@@ -370,19 +397,36 @@ def _scan(events: list[Any], fast: bool) -> _Scanned:
             hi = ts + dur
         if cat in KERNEL_CATEGORIES:
             kernels.append((ev, ts, dur))
-    return _Scanned(_launches(kernels), spans, lo, hi)
+    launches, correlations = _launches(kernels)
+    return _Scanned(launches, spans, lo, hi, correlations, hip_calls)
 
 
-def _launches(kernels: list[tuple[Any, float, float]]) -> list[KernelLaunch]:
-    """Kernel events -> launches. Names and args are decoded here, for kernels only, in one go."""
+def _hip_call(ev: Any, out: list[tuple[int, str, Any, Any]]) -> None:
+    """Keep a HIP runtime event's correlation, name and launch configuration (never fails: a
+    runtime event that cannot be read is no launch of ours)."""
+    try:
+        name = msgspec.json.decode(ev.name)
+        args = _RUNTIME_ARGS.decode(ev.args)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return
+    if args is None or not isinstance(name, str) or not _is_int(args.correlation):
+        return
+    out.append((args.correlation, name[:64], _dims(args.grid), _dims(args.block)))
+
+
+def _launches(kernels: list[tuple[Any, float, float]]) -> tuple[list[KernelLaunch], list[int]]:
+    """Kernel events -> launches and their correlation ids. Names and args are decoded here, for
+    kernels only, in one go."""
     if not kernels:
-        return []
+        return [], []
     names = _VALUES.decode(b"[" + b",".join([k[0].name for k in kernels]) + b"]")
     try:
         args = _KERNEL_ARGS.decode(b"[" + b",".join([k[0].args for k in kernels]) + b"]")
     except msgspec.ValidationError:
-        return [_launch_permissive(ev, name, ts, dur) for (ev, ts, dur), name in zip(kernels, names, strict=True)]
+        pairs = [_launch_permissive(ev, name, ts, dur) for (ev, ts, dur), name in zip(kernels, names, strict=True)]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
     out = []
+    correlations = []
     for (ev, ts, dur), name, a in zip(kernels, names, args, strict=True):
         if a is None:
             a = _EMPTY_ARGS
@@ -392,6 +436,7 @@ def _launches(kernels: list[tuple[Any, float, float]]) -> list[KernelLaunch]:
         warps, blocks, occupancy = a.warps_per_sm, a.blocks_per_sm, a.occupancy_pct
         if warps.__class__ is str or blocks.__class__ is str or occupancy.__class__ is str:
             warps, blocks, occupancy = _reported(warps), _reported(blocks), _reported(occupancy)
+        correlations.append(-1 if a.correlation is None else a.correlation)
         out.append(
             KernelLaunch(
                 name if name.__class__ is str else str(name),
@@ -408,10 +453,10 @@ def _launches(kernels: list[tuple[Any, float, float]]) -> list[KernelLaunch]:
                 occupancy,
             )
         )
-    return out
+    return out, correlations
 
 
-def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> KernelLaunch:
+def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> tuple[KernelLaunch, int]:
     try:
         args = _ONE_ARGS.decode(ev.args) or _EMPTY_PERMISSIVE_ARGS
     except msgspec.ValidationError as exc:
@@ -420,6 +465,7 @@ def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> KernelLaunc
     stream = args.stream if _is_int(args.stream) or isinstance(args.stream, str) else None
     regs = args.registers_per_thread
     smem = args.shared_memory
+    correlation = args.correlation if _is_int(args.correlation) else -1
     return KernelLaunch(
         name=name if isinstance(name, str) else str(name),
         device=device,
@@ -433,7 +479,7 @@ def _launch_permissive(ev: Any, name: Any, ts: float, dur: float) -> KernelLaunc
         reported_warps_per_sm=_reported(args.warps_per_sm),
         reported_blocks_per_sm=_reported(args.blocks_per_sm),
         reported_occupancy_pct=_reported(args.occupancy_pct),
-    )
+    ), correlation
 
 
 def _first_span(spans: Iterable[tuple[Any, Any]]) -> TraceWindow | None:
@@ -599,7 +645,8 @@ def _parse_in_parts(source: _Source, workers: int) -> _Document | None:
     launches = [launch for p in pieces for launch in p.launches]
     header = head if isinstance(head, _TraceFile) else _TraceFile()
     return _Document(
-        header, True, launches, span, min(p.gpu_lo for p in pieces), max(p.gpu_hi for p in pieces)
+        header, True, launches, span, min(p.gpu_lo for p in pieces), max(p.gpu_hi for p in pieces),
+        [c for p in pieces for c in p.correlations], [h for p in pieces for h in p.hip_calls],
     )
 
 
@@ -796,7 +843,7 @@ def _build(doc: _Document, path: str, gpu_properties: Mapping[int, DevicePropert
     return Trace(
         path=path,
         devices=devices,
-        launches=tuple(doc.launches),
+        launches=tuple(_with_launch_api(doc)),
         span=doc.span,
         gpu_extent=(doc.gpu_lo, doc.gpu_hi) if doc.gpu_lo <= doc.gpu_hi else None,
         rank=rank,
@@ -805,6 +852,27 @@ def _build(doc: _Document, path: str, gpu_properties: Mapping[int, DevicePropert
         base_time_ns=base if _is_int(base) else None,
         warnings=tuple(warnings),
     )
+
+
+def _with_launch_api(doc: _Document) -> list[KernelLaunch]:
+    """Each launch with the HIP call that made it (`launch_api`), found by `correlation`, and the
+    call's grid and block where the kernel event has none (ROCm 6 writes them on the call only)."""
+    if not doc.hip_calls:
+        return doc.launches
+    calls = {corr: (name, grid, block) for corr, name, grid, block in doc.hip_calls}
+    out = []
+    for launch, corr in zip(doc.launches, doc.correlations, strict=True):
+        call = calls.get(corr)
+        if call is not None:
+            name, grid, block = call
+            launch = msgspec.structs.replace(
+                launch,
+                launch_api=name,
+                grid=launch.grid if launch.grid is not None else grid,
+                block=launch.block if launch.block is not None else block,
+            )
+        out.append(launch)
+    return out
 
 
 def _too_large(max_bytes: int) -> str:

@@ -152,6 +152,9 @@ ARTIFACT_EXPLANATIONS: dict[str, str] = {
     "warps (48 threads = 1.5 warps) although the block occupies whole warps.",
     "missing_launch_config": "No grid/block in the event (CUDA graph replays, ROCm libraries): "
     "warps and occupancy are unknown, never zero.",
+    "grid_units_unknown": "An AMD kernel whose `grid` may count work-items (hipExtModuleLaunchKernel: "
+    "Tensile, MIOpen) or blocks, with no runtime event naming the launching HIP call: warps per SM "
+    "are unknown, not guessed.",
 }
 
 FAILING_OUTCOMES: tuple[str, ...] = ("failed", "timed_out")

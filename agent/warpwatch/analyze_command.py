@@ -1,4 +1,4 @@
-"""Report: `warpwatch analyze TRACE...` -- explain traces as tables, JSON or per-launch JSON lines."""
+"""The `warpwatch analyze TRACE...` command: explain traces as tables, JSON or per-launch JSON lines."""
 
 from __future__ import annotations
 
@@ -17,8 +17,17 @@ from rich.text import Text
 
 from .analysis import analyze, launch_metrics, window_of
 from .errors import TraceError
-from .model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS, DeviceProperties, LaunchMetrics, Trace, WindowAnalysis
-from .names import printable
+from .escape import printable
+from .labels import KernelNamer
+from .model import (
+    ARTIFACT_EXPLANATIONS,
+    ARTIFACT_KINDS,
+    DeviceProperties,
+    KernelStats,
+    LaunchMetrics,
+    Trace,
+    WindowAnalysis,
+)
 from .trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
@@ -31,6 +40,7 @@ _ARTIFACT_SHORT = {
     "occupancy_smem_optin": "smem 0%",
     "unrounded_warps": "unrounded",
     "missing_launch_config": "no grid",
+    "grid_units_unknown": "grid unit?",
 }
 
 
@@ -113,16 +123,18 @@ def _size(path: str) -> int:
         return 0
 
 
-def launch_record(lm: LaunchMetrics) -> dict[str, Any]:
-    """One kernel event as a JSON-ready dict (unknown = None)."""
+def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:
+    """One kernel event as a JSON-ready dict (unknown = None); `label` is its `kernel` label."""
     launch = lm.launch
     return {
         "name": launch.name,
+        "label": (namer or KernelNamer())(launch.name),
         "device": launch.device,
         "ts": launch.ts,
         "dur": launch.dur,
         "grid": list(launch.grid) if launch.grid else None,
         "block": list(launch.block) if launch.block else None,
+        "launch_api": launch.launch_api,
         "registers_per_thread": launch.registers_per_thread,
         "shared_memory": launch.shared_memory,
         "warps_per_sm": lm.warps_per_sm,
@@ -142,8 +154,9 @@ def launch_record(lm: LaunchMetrics) -> dict[str, Any]:
 def _write_launches(trace: Trace, out: IO[str]) -> None:
     enc = msgspec.json.Encoder()
     buf = bytearray()
+    namer = KernelNamer()
     for lm in launch_metrics(trace, window_of(trace)):
-        enc.encode_into(launch_record(lm), buf, len(buf))
+        enc.encode_into(launch_record(lm, namer), buf, len(buf))
         buf.extend(b"\n")
         if len(buf) > 1 << 20:
             out.write(buf.decode())
@@ -154,6 +167,7 @@ def _write_launches(trace: Trace, out: IO[str]) -> None:
 def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> dict[str, Any]:
     """The JSON summary of one window (the shape of `warpwatch analyze --format json`)."""
     window = analysis.window
+    namer = KernelNamer()
     return {
         "path": analysis.path,
         "rank": analysis.rank,
@@ -181,9 +195,15 @@ def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> di
             }
             for d in analysis.devices
         ],
-        "kernels": [asdict(k) for k in analysis.kernels],
+        "kernels": [_kernel_dict(k, namer) for k in analysis.kernels],
         "warnings": list(trace.warnings) if trace else [],
     }
+
+
+def _kernel_dict(k: KernelStats, namer: KernelNamer) -> dict[str, Any]:
+    """A kernel summary: its full `name`, then its `label` (the `kernel` label of its metrics)."""
+    d = asdict(k)
+    return {"device": d.pop("device"), "name": d.pop("name"), "label": namer(k.name), **d}
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
