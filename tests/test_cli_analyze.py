@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ SAMPLE = ROOT / "agent" / "warpwatch" / "samples" / "a100_alexnet.json.gz"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "warpwatch", "analyze", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "warpwatch", "analyze", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200"},  # a table wide enough for every column
     )
 
 

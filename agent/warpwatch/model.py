@@ -93,6 +93,10 @@ class DeviceProperties:
     shared_mem_per_sm: int | None = None
     shared_mem_per_block_optin: int | None = None
     vendor: Literal["nvidia", "amd"] = "nvidia"
+    arch: str | None = None
+    """AMD gfx target (`gcnArchName`, e.g. `gfx942:sramecc+:xnack-`) where the trace gives it."""
+    uuid: str | None = None
+    """The GPU's UUID where the trace gives it (`uuid`); joins with dcgm-exporter's `UUID` label."""
 
     @property
     def compute_capability(self) -> str:
