@@ -108,6 +108,19 @@ def label_text(raw: str) -> str:
     return with_hash(text, raw) if len(text) > MAX_LABEL_LENGTH else text
 
 
+MAX_NAME_TEXT = 1024
+"""Longest full kernel name exported as a label value (`warpwatch_kernel_info{name}`)."""
+
+
+def name_text(raw: str) -> str:
+    """A full kernel name as a label value: `clean`, and beyond `MAX_NAME_TEXT` characters cut in the
+    middle with the `~hash` of the full name (the kernel label's hash, where it has one)."""
+    text = clean(raw)
+    if len(text) <= MAX_NAME_TEXT:
+        return text
+    return f"{middle_cut(text, MAX_NAME_TEXT - HASH_DIGITS - 1)}~{name_hash(raw)}"
+
+
 # --- Demangling
 
 
