@@ -859,7 +859,9 @@ def _with_launch_api(doc: _Document) -> list[KernelLaunch]:
     call's grid and block where the kernel event has none (ROCm 6 writes them on the call only)."""
     if not doc.hip_calls:
         return doc.launches
-    calls = {corr: (name, grid, block) for corr, name, grid, block in doc.hip_calls}
+    # (Tuples again: results sent back by the decoding processes arrive with lists.)
+    calls = {corr: (name, _dims(list(grid)) if grid else None, _dims(list(block)) if block else None)
+             for corr, name, grid, block in doc.hip_calls}
     out = []
     for launch, corr in zip(doc.launches, doc.correlations, strict=True):
         call = calls.get(corr)
