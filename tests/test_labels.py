@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from conftest import HTA, SHARED_TRACES
+from warpwatch.cppnames import demangle
 from warpwatch.labels import (
     MAX_LABEL_LENGTH,
     KernelNamer,
     clean,
-    demangle,
     kernel_label,
     label_text,
     middle_cut,

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 
+from .cppnames import ELLIPSIS
 from .escape import printable
-from .labels import ELLIPSIS, KernelNamer
+from .labels import KernelNamer
 from .model import (
     ARTIFACT_EXPLANATIONS,
     ARTIFACT_KINDS,
