@@ -18,6 +18,7 @@ import pytest
 from conftest import HTA
 from tracebuild import span, trace_doc, write
 from warpwatch.analysis import analyze, launch_metrics
+from warpwatch.membudget import ReadLimits
 from warpwatch.trace import read_trace
 
 MI250 = HTA / "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
@@ -116,25 +117,28 @@ def test_an_nvidia_runtime_event_is_no_launch_api(tmp_path: Path) -> None:
     assert lm.warps_per_sm == pytest.approx(64 * 4 / 132)
 
 
-def test_launch_apis_survive_a_trace_decoded_in_pieces_by_several_processes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("workers", [1, 3])
+def test_launch_apis_survive_a_trace_decoded_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
-    """The MI250 events spread over many pieces (runtime events and kernels in different ones)."""
-    import warpwatch.trace as T
+    """The MI250 events spread over many pieces (runtime events and kernels in different ones),
+    decoded in this process or by three (whose results travel back as msgpack)."""
+    from warpwatch.trace import parallel, pieces
 
-    monkeypatch.setattr(T, "PART_BYTES", 4_000)
-    monkeypatch.setattr(T, "PARTS_MIN_BYTES", 20_000)
-    monkeypatch.setattr(T, "PARALLEL_MIN_BYTES", 20_000)
+    monkeypatch.setattr(pieces, "SEARCH_BYTES", 1_000)
+    monkeypatch.setattr(pieces, "READ_BYTES", 1_500)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 20_000)
+    monkeypatch.setattr(parallel, "EDGE_BYTES", 2_000)
     with gzip.open(MI250, "rt") as fh:
         doc = json.load(fh)
-    # CPU events before and after (the first and last 64 KiB are decoded by the parent), newlines
-    # between events (where pieces may be cut).
+    # CPU events before and after, newlines between events (where pieces may be cut).
     pad = [{"ph": "X", "cat": "cpu_op", "name": "aten::pad", "pid": 1, "tid": 1, "ts": 1.0, "dur": 1.0}] * 1500
     doc["traceEvents"] = pad + doc["traceEvents"] + pad
     path = tmp_path / "mi250.json"
     path.write_text(json.dumps(doc, indent=1))
     whole = [(lm.launch.launch_api, lm.launch.grid, lm.warps_per_sm) for lm in launch_metrics(read_trace(MI250))]
-    pieces = [(lm.launch.launch_api, lm.launch.grid, lm.warps_per_sm)
-              for lm in launch_metrics(read_trace(path, workers=3))]
-    assert pieces == whole
-    assert sum(api == "hipExtModuleLaunchKernel" for api, _, _ in pieces) == 2
+    limits = ReadLimits(piece_bytes=4_000, workers=workers)
+    cut = [(lm.launch.launch_api, lm.launch.grid, lm.warps_per_sm)
+           for lm in launch_metrics(read_trace(path, limits=limits))]
+    assert cut == whole
+    assert sum(api == "hipExtModuleLaunchKernel" for api, _, _ in cut) == 2

@@ -22,6 +22,7 @@ import gzip
 import os
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from .analysis import launch_metrics
 from .errors import TraceError
 from .escape import printable
 from .model import LaunchMetrics
-from .trace import DEFAULT_MAX_BYTES, KERNEL_CATEGORIES, load_bytes, parse_trace
+from .trace import DEFAULT_MAX_BYTES, KERNEL_CATEGORIES, parse_trace
+from .trace.pieces import sanitize
 
 REPORTED_PREFIX = "reported "
 """Prefix (not a suffix: HTA drops parenthesised parts of arg names, so `x (reported)` would read as `x`)."""
@@ -74,14 +76,15 @@ def fix_trace(src: str, dst: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict
     """Write the corrected copy of `src` to `dst` (module doc); counts of kernels, corrected, with artefacts."""
     if _same_file(src, dst):
         raise TraceError(dst, "is the input trace: write the corrected copy elsewhere")
-    data = load_bytes(src, max_bytes=max_bytes)
+    data, gzipped = _load(src, max_bytes)
     trace = parse_trace(data, src)
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError:
-        from .trace import _sanitize  # Kineto's known invalid JSON, made valid as the reader does
-
-        doc = msgspec.json.decode(_sanitize(data))
+        try:  # Kineto's known invalid JSON (bare inf/nan, raw control characters), made valid as the reader does
+            doc = msgspec.json.decode(sanitize(data))
+        except msgspec.DecodeError as exc:
+            raise TraceError(src, f"invalid JSON ({exc})") from None
     events = doc if isinstance(doc, list) else doc.get("traceEvents", []) if isinstance(doc, dict) else []
     kernels = [e for e in events if _is_kernel(e)]
     metrics = list(launch_metrics(trace))
@@ -93,7 +96,7 @@ def fix_trace(src: str, dst: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict
         counts["corrected"] += changed
         counts["artefacts"] += flagged
     out = msgspec.json.encode(doc)
-    if _gzipped(src):
+    if gzipped:
         out = gzip.compress(out, compresslevel=6, mtime=0)
     _write_atomically(dst, out)
     return counts
@@ -129,9 +132,30 @@ def _fix_event(event: dict[str, Any], lm: LaunchMetrics) -> tuple[bool, bool]:
     return bool(fixed), bool(lm.artifacts)
 
 
-def _gzipped(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
+def _load(path: str, max_bytes: int) -> tuple[bytes, bool]:
+    """The trace's bytes (gunzipped, at most `max_bytes`) and whether it was gzip-compressed.
+
+    The whole document is held (and re-encoded): `fix` is a command for one trace, not the agent."""
+    try:
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            if gzipped:
+                with gzip.GzipFile(fileobj=raw) as gz:
+                    data = gz.read(max_bytes + 1)
+            else:
+                data = raw.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise TraceError(path, "no such file", kind="io_error") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not a trace file", kind="io_error") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceError(path, f"corrupt or truncated gzip data ({exc})") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}", kind="io_error") from None
+    if len(data) > max_bytes:
+        raise TraceError(path, f"larger than the {max_bytes:,}-byte limit once decompressed", kind="too_large")
+    return data, gzipped
 
 
 def _same_file(a: str, b: str) -> bool:
