@@ -111,3 +111,15 @@ def test_the_numbers_the_quick_start_quotes_are_the_samples() -> None:
     assert round(kernel_us / 1e3, 1) == 10.7
     assert round(100 * kernel_us / span["dur"], 1) == 0.0
     assert round(99 * 4 / 68, 2) == 5.82
+
+
+def test_the_license_file_is_the_apache_2_0_text_pyproject_declares() -> None:
+    import hashlib
+
+    import tomllib
+
+    text = (ROOT / "LICENSE").read_bytes()
+    # The MD5 of https://www.apache.org/licenses/LICENSE-2.0.txt, the text as the ASF publishes it.
+    assert hashlib.md5(text).hexdigest() == "3b83ef96387f14655fc854ddc3c6bd57"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == {"text": "Apache-2.0"}
