@@ -90,6 +90,7 @@ def test_every_reported_value_is_kinetos_2021_formula_with_an_sm_count_of_minus_
         assert args["est. achieved occupancy %"] < 0 and args["warps per SM"] < 0
 
 
+@pytest.mark.slow
 def test_the_layout_is_that_of_a_real_mid_2021_trace(repro: dict[str, Any], shared_traces: Path) -> None:
     real = _load(shared_traces / KINETO_2021)
     assert list(repro) == list(real) == ["schemaVersion", "deviceProperties", "traceEvents"]
@@ -117,6 +118,7 @@ def test_the_device_is_a_real_rtx_2080_ti_record(repro: dict[str, Any], shared_t
     assert real["numSms"] == 68 and (real["computeMajor"], real["computeMinor"]) == (7, 5)
 
 
+@pytest.mark.slow
 def test_analyze_shows_the_negative_value_beside_the_corrected_one_and_a_busy_gpu(repro: dict[str, Any]) -> None:
     result = subprocess.run([sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(REPRO)],
                             capture_output=True, text=True, timeout=120)
