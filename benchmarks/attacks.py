@@ -479,12 +479,12 @@ def attack_daemon(path: Path, rss_cap: float) -> list[Row]:
                 c.recv(4096)
         # the round at 50 s expects the client (its last poll is recent for a 40 s interval)
         deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and not any("event=window" in line for line in agent.lines):
+        while time.monotonic() < deadline and not any("no trace config delivered" in line for line in agent.lines):
             time.sleep(0.2)
         held = time.monotonic() - t0 - 50
     c.close()
     rows.append(finish(agent, row))
-    line = next((line for line in agent.lines if "event=window" in line), "")
+    line = next((line for line in agent.lines if "no trace config delivered" in line), "")
     m = re.search(r"within ([0-9.]+) s", line)
     row.note = f"the window waited for it {m.group(1) if m else '?'} s (round ended {held:.0f} s after it began)"
     return rows
