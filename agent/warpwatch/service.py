@@ -190,7 +190,8 @@ class Service:
         PlatformCollector(registry=self.self_registry)
         GCCollector(registry=self.self_registry)
         self._rendered: dict[str, tuple[Snapshot, bytes]] = {}
-        self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty)
+        self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty,
+                                       capture_period=config.period, capture_window=config.window)
         self.collector.publish(self.builder.snapshot())
         self._gpu_properties: dict[int, DeviceProperties] | None = None
         self._server: ThreadingHTTPServer | None = None
