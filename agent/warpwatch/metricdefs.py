@@ -187,7 +187,7 @@ CAPTURE_PERIOD = MetricDef(
     unit="seconds")
 CAPTURE_WINDOW = MetricDef(
     "warpwatch_capture_window_seconds", "gauge",
-    "Capture window the agent asks its sources for now (--window; adapted with --window auto).",
+    "Capture window the agent asks its sources for now (--window; lengthened by --adaptive-window).",
     unit="seconds")
 
 ALL: tuple[MetricDef, ...] = (

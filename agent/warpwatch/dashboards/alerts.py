@@ -301,7 +301,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                     "index differs from NVML's (CUDA_VISIBLE_DEVICES).",
                 ),
                 mitigation=(
-                    "Run the agent with `--window auto` (sources where the agent chooses the window: "
+                    "Run the agent with `--adaptive-window` (sources where the agent chooses the window: "
                     "kineto-daemon, vLLM, SGLang, in-process): occasional longer probe windows find "
                     "the long kernels and lengthen the window, within the duty cap.",
                     "Or set `--window` to several times the longest kernel, and `--period` so that the "

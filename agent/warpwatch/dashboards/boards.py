@@ -450,7 +450,7 @@ def _agent_health(s: Settings) -> DashboardDef:
             ),
             PanelDef(
                 "timeseries", "Capture window and period",
-                "The window the agent asks its sources for (it changes with --window auto) and the "
+                "The window the agent asks its sources for (it grows with --adaptive-window) and the "
                 "period between rounds.",
                 SECONDS,
                 (
