@@ -407,7 +407,7 @@ class SnapshotBuilder:
         self.capture_duty = capture_duty
         self.capture_period = capture_period
         self.capture_window = capture_window
-        """The window the agent asks for now; the service updates it when it adapts (`--window auto`)."""
+        """The window the agent asks for now; the service updates it when it adapts (`--adaptive-window`)."""
         self.namer = namer or KernelNamer()
         self.version = version
         self._windows: dict[str, float] = dict.fromkeys(OUTCOMES, 0.0)
