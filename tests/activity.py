@@ -152,11 +152,13 @@ def truth(sc: Scenario, launches: Sequence[Launch]) -> Truth:
 
 def windows(sc: Scenario, launches: Sequence[Launch], n: int, rng: random.Random,
             window_us: float | None = None) -> list[tuple[float, list[Launch]]]:
-    """`n` windows of length W at uniform random positions on the circle, each with the launches
-    Kineto keeps: those wholly inside (a window running past the horizon wraps around)."""
+    """`n` windows of length W, each with the launches Kineto keeps: those wholly inside (a window
+    running past the horizon wraps around). Positions are stratified: window i starts uniformly at
+    random within the i-th n-th of the circle, so each position is equally likely (the estimates
+    stay unbiased) and the stream is covered evenly, as periodic captures cover a workload."""
     w = window_us or sc.window_us
     horizon = sc.horizon_us
-    starts = sorted(rng.uniform(0, horizon) for _ in range(n))
+    starts = [(i + rng.random()) * horizon / n for i in range(n)]
     out = []
     for t0 in starts:
         t1 = t0 + w
