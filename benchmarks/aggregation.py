@@ -173,7 +173,7 @@ def main() -> None:
             stream = generate(sc, rng)
             t = truth(sc, stream)
             old, new = estimate(cutter(sc, stream, args.windows, rng))
-            names = ["long", "nccl", "attn", *(["huge"] if "huge" in t.share else [])]
+            names = ["tiny", "gemm", "attn", "long", "nccl", *(["huge"] if "huge" in t.share else [])]
             for name in names:
                 rows.setdefault(f"time share {name}", []).append(
                     (t.share[name], old.share.get(name, 0.0), new.share.get(name, 0.0)))

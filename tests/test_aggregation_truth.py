@@ -8,11 +8,14 @@ scrapes it and evaluates the generated recording rules, and every ratio the dash
 show is compared with the truth of the stream.
 
 Tolerances: the estimates are unbiased; what is left is the sampling noise of 240 windows. Over
-40 seeds of this scenario (benchmarks/aggregation.py --seeds 40 --windows 240) the standard
-deviation of the pooled estimate is about 0.010 for the busy ratio, 0.012 for the largest time
-shares, 2.5 % for resident warps and 1 % for the attention kernel's mean warps per SM; the
-tolerances below are about four of those. The same run shows the old queries (averages of the
-per-window gauges over time) off by far more than that.
+40 seeds of this scenario (`python benchmarks/aggregation.py --seeds 40 --windows 240`) the
+standard deviation of the pooled estimate is 0.032 for the 30 ms kernel's time share (few captures,
+each weighted 2.5), 0.013 for attn's, 0.006 for NCCL's, 0.019 for the busy ratio, 3.5 % for
+occupancy and resident warps and 0.7 % for attn's mean warps per SM; the tolerances below are
+four of those. The seed is fixed, so the test is deterministic: Prometheus reads the same sums
+the agent added. The same run shows the old queries (averages of the per-window gauges over
+time) off by more than the tolerances: +1.27 for the 30 ms kernel's share, +0.11 for NCCL's,
++0.15 for the busy ratio (40-seed means).
 """
 
 from __future__ import annotations
@@ -57,10 +60,10 @@ N_WINDOWS = 240
 PAUSE = 12
 """Failed windows right after the warm-up (0.15 s each): Prometheus scrapes the counters at 0
 before the first analysed window adds to them (it counts increases from a series' first sample)."""
-TOL_SHARE = 0.05
-TOL_BUSY = 0.05
-TOL_RESIDENT = 0.10  # relative
-TOL_MEAN = 0.05  # relative
+TOL_SHARE = {"long": 0.13, "attn": 0.055, "nccl": 0.025, "gemm": 0.02, "tiny": 0.005}
+TOL_BUSY = 0.075
+TOL_RESIDENT = 0.14  # relative
+TOL_MEAN = 0.03  # relative
 
 
 @dataclass
@@ -201,12 +204,12 @@ def test_time_shares_match_the_truth_in_every_query_that_shows_them(run: Run) ->
         assert got.pop("other", 0.0) == 0.0, where  # every kernel has its own label (top-K 10)
         assert got.keys() == share.keys(), where
         for name, value in got.items():
-            assert value == pytest.approx(share[name], abs=TOL_SHARE), (where, name, value, share[name])
+            assert value == pytest.approx(share[name], abs=TOL_SHARE[name]), (where, name, value, share[name])
     fleet = by(at(run, "fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"), "kernel")
     assert fleet.pop("other", 0.0) == 0.0
     assert fleet.keys() == share.keys()
     for name, value in fleet.items():
-        assert value == pytest.approx(share[name], abs=TOL_SHARE), ("recording", name)
+        assert value == pytest.approx(share[name], abs=TOL_SHARE[name]), ("recording", name)
     # the W/2 < d < W kernel: captured in 40 % of the windows that cover it, weighted 2.5 times
     assert share["long"] > 0.1
 
@@ -258,6 +261,6 @@ def test_the_old_gauge_averages_are_biased_where_the_new_queries_are_not(run: Ru
     old = by(at(run, f"avg_over_time(warpwatch_kernel_time_share_ratio[{run.old_rng}])"), "kernel")
     share = run.truth.share
     assert old["long"] > 3 * share["long"]  # 30 ms kept in 40 % of windows, 2.5 x weight, zeros skipped
-    assert old["nccl"] > share["nccl"] + 2 * TOL_SHARE
+    assert old["nccl"] > share["nccl"] + 2 * TOL_SHARE["nccl"]
     old_busy = by(at(run, f"avg_over_time(warpwatch_gpu_busy_ratio[{run.old_rng}])"))[""]
-    assert old_busy > run.truth.busy + 2 * TOL_BUSY
+    assert old_busy > run.truth.busy + TOL_BUSY
