@@ -2,79 +2,71 @@
 
     python benchmarks/phases.py [TRACE]      # default: the reference file
 
-It replays what `read_trace` does for each piece (read, msgspec decode, scan, kernel launches,
-freeing, KernelLaunch objects), then `analyze`, timing each step with the process CPU clock
-(less sensitive than wall time to other jobs on the machine). With N worker processes the
-decode phases divide by about N; the KernelLaunch objects of the other processes are rebuilt
-by the parent, and `analyze` runs in the parent alone.
+It replays what the one-process piece reader (`warpwatch.trace.pieces`) does for each piece --
+read, msgspec decode, scan (launches kept) -- then `analyze`, timing each step with the process
+CPU clock (less sensitive than wall time to other jobs on the machine).
 """
 
 from __future__ import annotations
 
-import gc
+import os
 import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "agent"))
 
-from warpwatch import analysis, trace  # noqa: E402
-from warpwatch.model import KernelLaunch  # noqa: E402
+from warpwatch import analysis  # noqa: E402
+from warpwatch.gcpause import gc_paused  # noqa: E402
+from warpwatch.membudget import PIECE_BYTES  # noqa: E402
+from warpwatch.trace import read_trace  # noqa: E402
+from warpwatch.trace.pieces import FileStream  # noqa: E402
+from warpwatch.trace.schema import PART_FAST, Interned, scan  # noqa: E402
 
 
 def main(path: str) -> None:
-    source = trace._FileSource.open_plain(path, trace.DEFAULT_MAX_BYTES)
-    if source is None:
-        sys.exit(f"{path}: not a plain file of {trace.PARTS_MIN_BYTES:,} bytes or more")
-    ranges = trace._cuts(source)
-    assert ranges is not None
+    fd = os.open(path, os.O_RDONLY)
+    stream = FileStream(fd, path, 1 << 40)
     clock = time.process_time
-    spent = dict.fromkeys(("read", "decode", "scan", "launches", "free", "KernelLaunch objects"), 0.0)
-    buf = bytearray()
-    launches: list[KernelLaunch] = []
-    gc.disable()
-    for lo, hi in ranges[1:-1]:
-        t0 = clock()
-        n = hi - lo
-        if len(buf) < n + 2:
-            buf.extend(bytes(n + 2 - len(buf)))
-        buf[0] = ord("[")
-        source.fill(buf, 1, lo, hi)
-        buf[n + 1] = ord("]")
-        t1 = clock()
-        events = trace._PART_FAST.decode(memoryview(buf)[: n + 2])
-        t2 = clock()
-        kernels = [(ev, ev.ts, ev.dur) for ev in events if ev.cat in trace.KERNEL_CATEGORIES]
-        scanned = trace._scan(events, True)
-        t3 = clock()
-        trace._launches(kernels)
-        t4 = clock()
-        del events, kernels
-        t5 = clock()
-        launches += msgspec.convert(scanned.launches, list[KernelLaunch], from_attributes=True)
-        t6 = clock()
-        spent["read"] += t1 - t0
-        spent["decode"] += t2 - t1
-        spent["launches"] += t4 - t3
-        spent["scan"] += (t3 - t2) - (t4 - t3)  # _scan builds the launches too: counted apart
-        spent["free"] += t5 - t4
-        spent["KernelLaunch objects"] += t6 - t5
-    gc.enable()
-    full = trace.read_trace(path, workers=1)
+    spent = {"read": 0.0, "decode": 0.0, "scan": 0.0}
+    interned = Interned()
+    rest = b""
+    pieces = kernels = 0
+    with gc_paused():
+        while True:
+            t0 = clock()
+            data = stream.read(PIECE_BYTES)
+            spent["read"] += clock() - t0
+            if not data:
+                break
+            text = rest + data
+            cut = text.rfind(b"},\n{")
+            if cut < 0:
+                rest = text
+                continue
+            start = text.find(b"[\n{") + 2 if pieces == 0 else 0
+            t0 = clock()
+            events = PART_FAST.decode(b"[" + text[start : cut + 1] + b"]")
+            t1 = clock()
+            kernels += len(scan(events, True, interned).launches)
+            spent["scan"] += clock() - t1
+            spent["decode"] += t1 - t0
+            rest = text[cut + 3 :]
+            pieces += 1
+    os.close(fd)
     t0 = clock()
-    analysis.analyze(full)
-    spent["analyze"] = clock() - t0
+    trace = read_trace(path, workers=1)
+    t1 = clock()
+    analysis.analyze(trace)
+    spent["analyze"] = clock() - t1
     total = sum(spent.values())
-    size = f"{source.size / 1e6:,.0f} MB"
-    print(f"{Path(path).name}: {size}, {len(ranges)} pieces, {len(launches):,} kernel launches between head and tail")
-    for phase, seconds in spent.items():
-        print(f"  {phase:22} {seconds:6.2f} s CPU  {seconds / total:6.1%}")
-    print(f"  {'total':22} {total:6.2f} s CPU")
+    print(f"{Path(path).name}: {os.path.getsize(path) / 1e6:,.0f} MB, {pieces} pieces, {kernels:,} kernel launches"
+          f" (read_trace alone, one process: {t1 - t0:.2f} s CPU)")
+    for name, seconds in spent.items():
+        print(f"  {name:10s} {seconds:6.2f} s CPU  {100 * seconds / total:5.1f}%")
+    print(f"  {'total':10s} {total:6.2f} s CPU")
 
 
 if __name__ == "__main__":
-    default = HERE / "data" / "reference_df_index_resolver_x10.json"
-    main(sys.argv[1] if len(sys.argv) > 1 else str(default))
+    main(sys.argv[1] if len(sys.argv) > 1 else str(HERE / "data" / "reference_df_index_resolver_x10.json"))

@@ -4,9 +4,9 @@ Each reads one trace and prints one JSON line (kernel count, plus a checksum whe
 warps per SM) so that run.py can check that the readers agree.
 
 - warpwatch-report: `warpwatch analyze --format json` without the CLI module (report.py only).
-- warpwatch-api: what `warpwatch analyze --format json` does, through `read_trace` (the file is
-  read piecewise by each worker process, never whole: report.py reads it whole with load_bytes).
-- warpwatch-1proc: the same forced to one process (`read_trace(workers=1)`).
+- warpwatch-api: what `warpwatch analyze --format json` does, through `read_trace` and `analyze`
+  (the file is read in pieces, by one process per core, never whole).
+- warpwatch-1proc: the same forced to one process (`read_trace(workers=1)`), as the agent reads.
 - msgspec-loop: the plain-Python floor: msgspec decodes every event into a typed struct that
   names only ph/cat/name/args (grid, block, device), then a loop sums warps per SM per kernel
   (B * ceil(T / warpSize) / numSms) -- no window, no occupancy, no artefacts.

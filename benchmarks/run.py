@@ -1,15 +1,15 @@
 """Trace readers side by side: `python benchmarks/run.py` (one command; writes benchmarks/README.md).
 
 Each reader runs in its own process, `--repeat` times per trace; for each we keep the wall time
-(best and median), the peak RSS of the largest process (`wait4` rusage, as /usr/bin/time -v
-reports it) and the peak PSS summed over the reader's process tree (sampled every 20 ms from
-/proc: it counts the pages that warpwatch's worker processes share only once).
+(best and median) and the peak PSS summed over the reader's whole process tree, sampled every
+20 ms from /proc (what a cgroup is charged for the processes, shared pages counted once: warpwatch
+decodes in worker processes, which a parent's ru_maxrss does not see). The peak RSS of the
+largest single process (`wait4` rusage, as /usr/bin/time -v reports it) is shown beside it.
 
 Readers (see readers.py):
 - `warpwatch analyze --format json TRACE`: the CLI as a user runs it (all spec fields, window
   corrections), decoding on every core;
-- the same through `read_trace` (each worker reads its own pieces of the file; the CLI's
-  report.py reads the whole file first with `load_bytes`), and in one process;
+- the same through `read_trace` + `analyze` without the CLI, and in one process;
 - msgspec typed decode + a loop that sums warps per SM per kernel (the plain-Python floor);
 - orjson.loads + the same loop;
 - HolisticTraceAnalysis's trace parser (json backend, its default).
@@ -77,7 +77,7 @@ def readers(python: Path, cli_ok: bool) -> list[Reader]:
     cli = ["-m", "warpwatch", "analyze", "--format", "json"] if cli_ok else [script, "warpwatch-report"]
     return [
         Reader("warpwatch", "warpwatch analyze --format json", python, cli),
-        Reader("warpwatch-api", "warpwatch via read_trace (file never read whole)", python, [script, "warpwatch-api"]),
+        Reader("warpwatch-api", "warpwatch via read_trace + analyze", python, [script, "warpwatch-api"]),
         Reader("warpwatch-1proc", "warpwatch via read_trace, one process", python, [script, "warpwatch-1proc"]),
         Reader("msgspec", "msgspec typed decode + loop", python, [script, "msgspec-loop"]),
         Reader("orjson", "orjson.loads + loop", BENCH_PY, [script, "orjson-loop"]),
@@ -214,13 +214,13 @@ def fmt_mb(kb: int) -> str:
 
 
 def table(trace: Path, results: list[Result]) -> str:
-    base = next((r for r in results if r.reader.key == "warpwatch" and r.walls), None)
+    floor = next((r for r in results if r.reader.key == "msgspec" and r.walls), None)
     size = trace.stat().st_size
     lines = [
         f"**{trace.name}** ({size / 1e6:,.0f} MB)",
         "",
-        "| reader | wall, best | wall, median | runs | peak RSS (largest process) | peak PSS (all processes) "
-        "| wall vs warpwatch | RSS vs warpwatch | found |",
+        "| reader | wall, best | wall, median | runs | peak PSS, process tree | peak RSS, largest process "
+        "| wall vs msgspec floor | PSS vs msgspec floor | found |",
         "|---|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for r in results:
@@ -228,11 +228,11 @@ def table(trace: Path, results: list[Result]) -> str:
             lines.append(f"| {r.reader.label} | failed | | | | | | | {r.error} |")
             continue
         best, median = min(r.walls), statistics.median(r.walls)
-        ratio = f"{best / min(base.walls):.1f}x" if base else "-"
-        mem_ratio = f"{r.rss_kb / base.rss_kb:.1f}x" if base and base.rss_kb else "-"
+        ratio = f"{best / min(floor.walls):.2f}x" if floor else "-"
+        mem_ratio = f"{r.pss_kb / floor.pss_kb:.2f}x" if floor and floor.pss_kb else "-"
         lines.append(
-            f"| {r.reader.label} | {best:.2f} s | {median:.2f} s | {len(r.walls)} | {fmt_mb(r.rss_kb)} "
-            f"| {fmt_mb(r.pss_kb)} | {ratio} | {mem_ratio} | {r.output} |"
+            f"| {r.reader.label} | {best:.2f} s | {median:.2f} s | {len(r.walls)} | {fmt_mb(r.pss_kb)} "
+            f"| {fmt_mb(r.rss_kb)} | {ratio} | {mem_ratio} | {r.output} |"
         )
     return "\n".join(lines)
 

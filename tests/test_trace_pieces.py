@@ -1,7 +1,7 @@
-"""Large documents are decoded in pieces, by several processes: same Trace, same errors, as in one go.
+"""Documents read in pieces, in one process or several: the same Trace, the same errors, as in one go.
 
-The piece size is shrunk here so that small documents are cut into many pieces; the reference is
-the same document decoded in one piece (`warpwatch.trace._parse_whole`, what small files get).
+Pieces are shrunk here (a few KB) so that small documents are cut into many; the reference is
+the same document decoded in one piece (a piece size larger than the document).
 """
 
 from __future__ import annotations
@@ -15,25 +15,29 @@ import pytest
 
 from conftest import HTA
 from tracebuild import H100, kernel, span, trace_doc
-from warpwatch import trace as T
 from warpwatch.errors import TraceError
+from warpwatch.membudget import ReadLimits
+from warpwatch.model import Trace
+from warpwatch.trace import parallel, parse_trace, pieces, read_trace
+
+PIECE = 4_000
 
 
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(T, "PART_BYTES", 4_000)
-    monkeypatch.setattr(T, "PARTS_MIN_BYTES", 20_000)
-    monkeypatch.setattr(T, "PARALLEL_MIN_BYTES", 20_000)
+    monkeypatch.setattr(pieces, "SEARCH_BYTES", 1_000)
+    monkeypatch.setattr(pieces, "READ_BYTES", 1_500)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 20_000)
+    monkeypatch.setattr(parallel, "EDGE_BYTES", 2_000)
 
 
-def whole(data: bytes) -> T.Trace:
+def whole(data: bytes) -> Trace:
     """The reference: one piece, one process."""
-    return T._build(T._parse_whole(data, "doc.json"), "doc.json", None)
+    return parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=len(data) * 2, workers=1))
 
 
-def pieces(data: bytes, workers: int = 2) -> T.Trace:
-    assert T._cuts(T._BytesSource(data)) is not None, "the document must be cut for this test"
-    return T.parse_trace(data, "doc.json", workers=workers)
+def cut(data: bytes, workers: int = 1, **limits: Any) -> Trace:
+    return parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=PIECE, workers=workers, **limits))
 
 
 def big_doc(n: int = 400, **top: Any) -> dict[str, Any]:
@@ -58,17 +62,19 @@ def test_pieces_give_the_same_trace_as_one_go(workers: int) -> None:
     data = dumps(big_doc(distributedInfo={"rank": 2, "world_size": 4}))
     expected = whole(data)
     assert len(expected.launches) == 400 and expected.rank == 2
-    assert pieces(data, workers) == expected
+    assert len(data) > 40 * PIECE
+    assert cut(data, workers) == expected
 
 
 def test_device_properties_after_the_events_and_a_bare_list_are_read() -> None:
     doc = big_doc()
-    reordered = {"traceEvents": doc["traceEvents"], "deviceProperties": [H100], "schemaVersion": 1}
+    reordered = {"traceEvents": doc["traceEvents"], "deviceProperties": [H100, {**H100, "id": 1}], "schemaVersion": 1}
     data = dumps(reordered)
-    assert pieces(data) == whole(data)
-    assert pieces(data).devices[0].num_sms == 132
+    for workers in (1, 2):
+        assert cut(data, workers) == whole(data)
+        assert sorted(cut(data, workers).devices) == [0, 1]
     bare = dumps(doc["traceEvents"])
-    assert pieces(bare) == whole(bare)
+    assert cut(bare) == whole(bare) == cut(bare, 2)
 
 
 def test_unknown_phases_odd_types_and_one_line_documents_still_match() -> None:
@@ -81,20 +87,34 @@ def test_unknown_phases_odd_types_and_one_line_documents_still_match() -> None:
     events[k[101]]["args"]["warps per SM"] = "inf"
     events[k[102]].pop("args")
     data = dumps(doc)
-    assert pieces(data) == whole(data)
-    one_line = json.dumps(doc).encode()  # no newline between events: cannot be cut, decoded whole
-    assert T._cuts(T._BytesSource(one_line)) is None
-    assert T.parse_trace(one_line, "doc.json", workers=2) == whole(data)
+    assert cut(data) == whole(data) == cut(data, 2)
+    one_line = json.dumps(doc).encode()  # no newline between events: cut anywhere `}, {` is, each cut checked
+    assert b"\n" not in one_line
+    assert cut(one_line) == whole(data)
 
 
-def test_kinetos_invalid_json_is_sanitised_in_large_documents_too() -> None:
+def test_a_cut_inside_an_event_is_found_out_and_the_piece_extended() -> None:
+    """Pretty-printed args holding a list of objects put `},\\n{` inside events: a piece cut
+    there does not decode as whole events, and is extended to the next cut."""
+    doc = big_doc()
+    for ev in doc["traceEvents"]:
+        if ev["cat"] == "cpu_op":
+            ev["args"]["inputs"] = [{"shape": [1, 2]}, {"shape": [3]}, {"shape": []}]
+    data = dumps(doc)
+    assert data.count(b"},\n") > 3 * data.count(b'"cat": "kernel"')
+    assert cut(data) == whole(data) == cut(data, 2)
+
+
+def test_kinetos_invalid_json_is_repaired_in_the_piece_that_needs_it() -> None:
     text = dumps(big_doc()).decode()
     text = text.replace('"warps per SM": 0.030303030303030304', '"warps per SM": -inf', 1)
     text = text.replace("aten::op7", "aten\u0001op7")
+    text = text.replace('"k3"', '"k\tthree"', 1)
     data = text.encode()
-    trace = T.parse_trace(data, "doc.json", workers=2)
-    assert trace == T._build(T._parse_whole(T._sanitize(data), "doc.json"), "doc.json", None)
+    trace = cut(data)
+    assert trace == whole(data)
     assert "-inf" in [launch.reported_warps_per_sm for launch in trace.launches]
+    assert "k\tthree" in {launch.name for launch in trace.launches}
 
 
 @pytest.mark.parametrize(
@@ -113,41 +133,89 @@ def test_errors_name_the_event_by_its_index_in_the_whole_document(edit: Any, rea
     data = dumps(doc)
     with pytest.raises(TraceError) as one_go:
         whole(data)
-    with pytest.raises(TraceError) as cut:
-        pieces(data)
-    assert str(cut.value) == str(one_go.value)
-    assert reason in str(cut.value)
-    index = 0 if "dur" in events[0] and events[0]["dur"] == "x" else 700
-    assert f"traceEvents[{index}]" in str(cut.value)
+    for workers in (1, 2):
+        with pytest.raises(TraceError) as in_pieces:
+            cut(data, workers)
+        assert str(in_pieces.value) == str(one_go.value)
+    assert reason in str(one_go.value)
+    index = 0 if events[0].get("dur") == "x" else 700
+    assert f"traceEvents[{index}]" in str(one_go.value)
+    assert one_go.value.kind == "invalid_trace"
 
 
-def test_truncated_and_corrupt_large_documents_are_errors(tmp_path: Path) -> None:
+def test_an_event_that_is_no_object_is_named_by_its_index() -> None:
+    doc = big_doc()
+    doc["traceEvents"][900] = 5
+    expected = r"unexpected structure: Expected `object`, got `int` - at `\$\.traceEvents\[900\]`"
+    with pytest.raises(TraceError, match=expected):
+        cut(dumps(doc))
+
+
+def test_truncated_and_corrupt_large_documents_are_errors_naming_the_offset(tmp_path: Path) -> None:
     data = dumps(big_doc())
     path = tmp_path / "cut.json"
     path.write_bytes(data[: len(data) - 5000])
-    with pytest.raises(TraceError, match="truncated JSON"):
-        T.read_trace(path, workers=2)
+    for workers in (1, 2):
+        with pytest.raises(TraceError, match="truncated JSON"):
+            read_trace(path, limits=ReadLimits(piece_bytes=PIECE, workers=workers))
     middle = data.index(b'"ts"', len(data) // 2)
     path.write_bytes(data[:middle] + b"@" + data[middle + 1 :])
-    with pytest.raises(TraceError, match="invalid JSON"):
-        T.read_trace(path, workers=2)
+    with pytest.raises(TraceError, match=rf"invalid JSON \(.*\(byte {middle:,}\)\)"):
+        read_trace(path, limits=ReadLimits(piece_bytes=PIECE, workers=1))
 
 
-def test_read_trace_reads_plain_files_in_pieces_and_gzip_files_whole(tmp_path: Path) -> None:
+def test_plain_and_gzip_files_are_read_in_pieces(tmp_path: Path) -> None:
     data = dumps(big_doc())
     plain = tmp_path / "t.json"
     plain.write_bytes(data)
     packed = tmp_path / "t.json.gz"
-    packed.write_bytes(gzip.compress(data))
+    packed.write_bytes(gzip.compress(data[: len(data) // 2]) + gzip.compress(data[len(data) // 2 :]))  # 2 members
     expected = whole(data)
     for path in (plain, packed):
-        got = T.read_trace(path, workers=2)
-        assert got.launches == expected.launches and got.span == expected.span and got.devices == expected.devices
-    with pytest.raises(TraceError, match="larger than the 1,000-byte limit"):
-        T.read_trace(plain, max_bytes=1000)
+        for workers in (1, 2):
+            assert _same(read_trace(path, limits=ReadLimits(piece_bytes=PIECE, workers=workers)), expected)
+    for path in (plain, packed):
+        with pytest.raises(TraceError, match="larger than the 1,000-byte limit") as info:
+            read_trace(path, limits=ReadLimits(max_bytes=1000, piece_bytes=PIECE))
+        assert info.value.kind == "too_large"
+
+
+def _same(a: Trace, b: Trace) -> bool:
+    return (a.launches, a.span, a.devices, a.gpu_extent) == (b.launches, b.span, b.devices, b.gpu_extent)
+
+
+def test_a_window_keeping_more_launches_than_the_budget_is_refused_with_the_figures() -> None:
+    data = dumps(big_doc())
+    assert len(cut(data, max_launches=400).launches) == 400
+    for workers in (1, 2):
+        with pytest.raises(TraceError) as info:
+            cut(data, workers, max_launches=399, budget="memory limit 256 MiB")
+        assert info.value.kind == "too_large"
+        assert "keeps more than 399 kernel launches" in str(info.value)
+        assert "memory limit 256 MiB" in str(info.value)
+
+
+def test_hip_runtime_calls_give_their_kernels_launch_api() -> None:
+    doc = big_doc()
+    events = doc["traceEvents"]
+    kernels = [ev for ev in events if ev["cat"] == "kernel"]
+    for i, ev in enumerate(kernels):
+        ev["args"]["correlation"] = 1000 + i
+    events.insert(3, {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 1, "tid": 1, "ts": 1,
+                      "dur": 1, "args": {"correlation": 1000}})
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "hipExtModuleLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": 1, "dur": 1, "args": {"correlation": 1399}})
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": 1, "dur": 1, "args": {"correlation": 1200}})
+    data = dumps(doc)
+    for trace in (whole(data), cut(data), cut(data, 2)):
+        apis = [launch.launch_api for launch in trace.launches]
+        assert apis[0] == "hipLaunchKernel" and apis[399] == "hipExtModuleLaunchKernel"
+        assert apis[1:399] == [None] * 398
 
 
 def test_a_real_trace_cut_in_hundreds_of_pieces() -> None:
     data = gzip.decompress((HTA / "nccl_parser_config" / "nccl_data.json.gz").read_bytes())
-    assert len(T._cuts(T._BytesSource(data)) or []) > 100
-    assert pieces(data) == whole(data)
+    assert len(data) > 200 * PIECE
+    expected = whole(data)
+    assert cut(data) == expected == cut(data, 2)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
+from .gcpause import gc_paused
 from .model import (
     ARTIFACT_KINDS,
     DeviceProperties,
@@ -27,7 +28,6 @@ from .model import (
     WindowAnalysis,
 )
 from .occupancy import max_active_blocks
-from .trace import gc_paused
 
 INT32_LIMIT = 2**31
 """Kineto multiplies the grid in a signed 32-bit int: B >= 2^31 overflows."""

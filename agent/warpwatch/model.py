@@ -120,6 +120,9 @@ class KernelLaunch(msgspec.Struct, frozen=True, gc=False):
     reported_warps_per_sm: float | str | None
     reported_blocks_per_sm: float | str | None
     reported_occupancy_pct: float | str | None
+    launch_api: str | None = None
+    """Name of the runtime event with the same `correlation` id, kept only when it starts with
+    `hip` (AMD grid units, spec "AMD traces"); None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from .config import MAX_DUTY, Config, add_arguments, describe, load_config
 from .errors import TraceError, WarpwatchError
 from .export import Fault, GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
 from .logs import RepeatFilter, configure, event, limited_event
+from .membudget import MemoryBudget
 from .model import DeviceProperties
 from .nvml import Nvml, NvmlReading
 from .trace import load_gpu_properties, read_trace
@@ -145,15 +146,6 @@ def _repeat_key(*parts: str) -> tuple[str, ...]:
     return tuple(_NUMBERS.sub("#", p) for p in parts)
 
 
-def read_fault(reason: str) -> str:
-    """The `read` fault of a `TraceError` reason (`export.FAULTS`)."""
-    if reason.startswith(("cannot read", "no such file", "permission denied", "is a directory")):
-        return "io_error"
-    if reason.startswith("larger than"):
-        return "too_large"
-    return "invalid_trace"
-
-
 def process_identity(cw: CapturedWindow, rank: int | None) -> str:
     """Which traced process a window came from: windows of one process are pooled over time."""
     labels = ",".join(f"{k}={v}" for k, v in sorted(cw.labels.items()))
@@ -217,6 +209,8 @@ class Service:
         """Faults noted outside the round thread (overruns), counted by the next round."""
         self._faults_lock = threading.Lock()
         self._clock_mark: tuple[float, float] | None = None
+        self.memory = MemoryBudget.detect()
+        """The cgroup memory limit, which sizes each window's read (`membudget`)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -230,6 +224,7 @@ class Service:
         """Start everything; raise WarpwatchError (nothing left running) when that is impossible."""
         c = self.config
         event(log, "starting", version=__version__, **describe(c))
+        event(log, "memory_budget", **self.memory.describe(c.max_trace_bytes))
         if c.web_config is not None:
             self.web = load_web_config(c.web_config)
         if c.gpu_properties is not None:
@@ -510,14 +505,14 @@ class Service:
         t0 = time.perf_counter()
         try:
             with open_confined(cw.path) as opened:
-                trace = read_trace(opened.reader_path, max_bytes=self.config.max_trace_bytes,
-                                   gpu_properties=self._gpu_properties)
+                trace = read_trace(opened.reader_path, gpu_properties=self._gpu_properties,
+                                   limits=self.memory.read_limits(self.config.max_trace_bytes))
             analysis = analyze(trace, requested=cw.requested)
         except RefusedFile as exc:
             fault: Fault = ("read", "io_error" if exc.reason == "unreadable" else f"refused_{exc.reason}")
             return self._failed(cw, process, t0, fault, f"refused: {exc.detail}")
         except TraceError as exc:
-            return self._failed(cw, process, t0, ("read", read_fault(exc.reason)), exc.reason)
+            return self._failed(cw, process, t0, ("read", exc.kind), exc.reason)
         except OSError as exc:  # a reader letting an I/O error through
             return self._failed(cw, process, t0, ("read", "io_error"), f"cannot read: {exc.strerror or exc}")
         except Exception as exc:

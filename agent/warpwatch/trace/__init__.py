@@ -1,0 +1,35 @@
+"""Trace: bytes of a Kineto trace file -> a typed `Trace` (device properties, kernel launches, window).
+
+Reading is split from parsing, and both from what is kept:
+
+- `schema`: the msgspec types decoded from a trace, and the scan that keeps from a list of
+  events what the Trace needs (kernel launches, the Trace span, the GPU extent, hip calls);
+- `pieces`: the piece reader: a file read and decompressed in bounded pieces, each decoded
+  strictly, repaired only where Kineto wrote invalid JSON, and dropped before the next;
+- `parallel`: the same pieces decoded by several processes (plain files, no other threads);
+- `build`: `read_trace` / `parse_trace`, and the decoded document -> `Trace`;
+- `devices`: device properties, from a trace or a `--gpu-properties` file.
+
+Peak memory is the pieces in flight plus the launches kept, never the file: `membudget` sizes
+both from the cgroup's memory limit. Any failure is one `TraceError` naming the file, with a
+`kind` (`invalid_trace`, `too_large`, `io_error`).
+"""
+
+from __future__ import annotations
+
+from ..membudget import DEFAULT_MAX_BYTES, ReadLimits
+from .build import build, parse_trace, read_trace
+from .devices import device_properties_from_json, load_gpu_properties
+from .schema import GPU_CATEGORIES, KERNEL_CATEGORIES
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "GPU_CATEGORIES",
+    "KERNEL_CATEGORIES",
+    "ReadLimits",
+    "build",
+    "device_properties_from_json",
+    "load_gpu_properties",
+    "parse_trace",
+    "read_trace",
+]

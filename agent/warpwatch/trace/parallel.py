@@ -1,0 +1,347 @@
+"""Several processes decode one plain trace file, each reading its own pieces (`os.pread`).
+
+Used when the caller runs no other thread (`os.fork` in a threaded process can deadlock the
+child) and the machine has cores to spare; the GIL does not let threads decode in parallel.
+The parent finds the cuts first (a small read around each target), then every process takes
+the next piece from a pipe when it is free. Children send each piece's result (msgpack) as
+soon as it is ready. Any piece that does not decode as whole events, or any other surprise,
+returns None: the caller then reads the document piece by piece in one process (`pieces`),
+which handles every case and reports every error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import struct
+import tempfile
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import Any, Protocol
+
+import msgspec
+
+from ..errors import TraceError
+from ..gcpause import gc_paused
+from ..membudget import ReadLimits, may_fork
+from .pieces import Collector, Document, over_budget
+from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
+
+PARALLEL_MIN_BYTES = 32 * 1024**2
+"""Documents at least this large are decoded by several processes when `workers` allows."""
+MAX_WORKERS = 8
+EDGE_BYTES = 64 * 1024
+_SEARCH_BYTES = 1024**2
+_SPLIT_MARK = "__warpwatch_split__"
+_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+_SEND = msgspec.msgpack.Encoder()
+_RECEIVE: msgspec.msgpack.Decoder[Scanned] = msgspec.msgpack.Decoder(Scanned)
+
+
+class _Irregular(Exception):
+    """A piece did not decode as whole events: read the document in one process."""
+
+
+class Source(Protocol):
+    size: int
+
+    def window(self, lo: int, hi: int) -> bytes | memoryview: ...
+
+    def fill(self, buf: bytearray, at: int, lo: int, hi: int) -> None: ...
+
+
+class BytesSource:
+    def __init__(self, data: bytes) -> None:
+        self.view = memoryview(data)
+        self.size = len(data)
+
+    def window(self, lo: int, hi: int) -> memoryview:
+        return self.view[lo:hi]
+
+    def fill(self, buf: bytearray, at: int, lo: int, hi: int) -> None:
+        buf[at : at + hi - lo] = self.view[lo:hi]
+
+
+class FileSource:
+    """A plain file, each process reading its own pieces."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+
+    def window(self, lo: int, hi: int) -> bytes:
+        return os.pread(self.fd, hi - lo, lo)
+
+    def fill(self, buf: bytearray, at: int, lo: int, hi: int) -> None:
+        view = memoryview(buf)
+        while lo < hi:
+            n = os.preadv(self.fd, [view[at : at + hi - lo]], lo)
+            if n <= 0:
+                raise _Irregular("file shrank while being read")
+            at += n
+            lo += n
+
+
+def read_file(fd: int, path: str, limits: ReadLimits) -> Document | None:
+    """The document of the plain file `fd` decoded by several processes, or None (see module doc)."""
+    size = os.fstat(fd).st_size
+    if os.pread(fd, 2, 0) == b"\x1f\x8b":
+        return None
+    if size > limits.max_bytes:
+        from .pieces import too_large
+
+        raise TraceError(path, too_large(limits.max_bytes), kind="too_large")
+    return _read(FileSource(fd, size), path, limits)
+
+
+def read_bytes(data: bytes, path: str, limits: ReadLimits) -> Document | None:
+    return _read(BytesSource(data), path, limits)
+
+
+def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
+    workers = _workers(limits.workers, source.size)
+    if workers <= 1 or not _looks_like_a_trace(source):
+        return None
+    ranges = _cuts(source, limits.piece_bytes)
+    if ranges is None:
+        return None
+    (head_lo, head_hi), *middle, (tail_lo, tail_hi) = ranges
+    interned = Interned()
+    collector = Collector(path, limits)
+    with gc_paused():
+        try:
+            head, head_events = _decode_edge(source, head_lo, head_hi, at_start=True)
+            tail, tail_events = _decode_edge(source, tail_lo, tail_hi, at_start=False)
+            hip = HIP_MARK in bytes(source.window(head_lo, min(source.size, head_hi + limits.piece_bytes)))
+            first = scan(head_events, False, interned, hip=hip)
+            last = scan(tail_events, False, interned, hip=hip)
+            scanned = _scan_parallel(source, path, middle, workers, limits, len(first.launches), interned, hip)
+            if scanned is None:
+                return None
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, _Irregular):
+            return None
+        for top in (head, tail):
+            if not isinstance(top, list):
+                collector.header(top)
+        for piece in (first, *scanned, last):
+            collector.add(piece)
+    return collector.doc
+
+
+def _looks_like_a_trace(source: Source) -> bool:
+    start = bytes(source.window(0, 4 * 1024**2))
+    lead = start.lstrip()[:1]
+    return lead == b"[" or (lead == b"{" and b'"traceEvents"' in start)
+
+
+def _cuts(source: Source, piece: int) -> list[tuple[int, int]] | None:
+    """Byte ranges (start, end) that tile the document: the head (up to the first cut between
+    two events), pieces of about `piece` bytes, and the tail (the last 64 KiB or so)."""
+    size = source.size
+    key = re.search(rb'"traceEvents"', source.window(0, min(size, 4 * 1024**2)))
+    first = (key.start() if key else 0) + EDGE_BYTES
+    targets = [first, *range(first + piece, size - EDGE_BYTES - piece // 4, piece), size - EDGE_BYTES]
+    bounds = [0]
+    for target in targets:
+        if target <= bounds[-1]:
+            continue
+        cut = _find_cut(source, target)
+        if cut is not None and cut[1] < size:
+            bounds.extend(cut)
+    bounds.append(size)
+    if len(bounds) < 6:  # fewer than two cuts: not worth it, or not a Kineto layout
+        return None
+    return list(zip(bounds[::2], bounds[1::2], strict=True))
+
+
+def _find_cut(source: Source, target: int) -> tuple[int, int] | None:
+    """The first cut with a newline in it (never inside a JSON string) after `target`."""
+    window = source.window(target, min(source.size, target + _SEARCH_BYTES))
+    for m in _BETWEEN_EVENTS.finditer(window):
+        if b"\n" in m.group():
+            return target + m.start() + 1, target + m.end() - 1
+    return None
+
+
+def _decode_edge(source: Source, lo: int, hi: int, *, at_start: bool) -> tuple[Any, list[Event]]:
+    """The head (document start up to the first cut) or the tail (last cut to the end).
+
+    A marker event closes the head's `traceEvents` (or opens the tail's): finding it where it
+    was put proves the cut is between two events of `traceEvents`, not in another array.
+    """
+    text = source.window(lo, hi)
+    is_list = bytes(source.window(0, 64)).lstrip()[:1] == b"["
+    mark = b'{"ph":"X","cat":"' + _SPLIT_MARK.encode() + b'"}'
+    if at_start:
+        top = DOC.decode(b"".join([text, b",", mark, b"]" if is_list else b"]}"]))
+    else:
+        top = DOC.decode(b"".join([b"[" if is_list else b'{"traceEvents":[', mark, b",", text]))
+    events = top if isinstance(top, list) else top.traceEvents
+    if not events or (events[-1] if at_start else events[0]).cat != _SPLIT_MARK:
+        raise _Irregular("the cut is not between two trace events")
+    if not isinstance(top, list):
+        top.traceEvents = []
+    return top, (events[:-1] if at_start else events[1:])
+
+
+def _scan_range(source: Source, lo: int, hi: int, buf: bytearray, interned: Interned, hip: bool) -> Scanned:
+    """Decode one piece (a run of whole events) and keep what the Trace needs from it."""
+    n = hi - lo
+    if len(buf) < n + 2:
+        buf.extend(bytes(n + 2 - len(buf)))
+    buf[0] = ord("[")
+    source.fill(buf, 1, lo, hi)
+    buf[n + 1] = ord("]")
+    text = memoryview(buf)[: n + 2]
+    try:
+        return scan(PART_FAST.decode(text), True, interned, hip=hip)
+    except msgspec.ValidationError:
+        return scan(PART.decode(text), False, interned, hip=hip)
+
+
+class _Cap:
+    """Stops the read as soon as the launches received exceed the cap."""
+
+    def __init__(self, limits: ReadLimits, path: str, already: int) -> None:
+        self.cap = limits.max_launches
+        self.budget = limits.budget
+        self.path = path
+        self.count = already
+
+    def add(self, s: Scanned) -> None:
+        self.count += len(s.launches)
+        if self.cap is not None and self.count > self.cap:
+            raise TraceError(self.path, over_budget(self.cap, self.budget), kind="too_large")
+
+
+def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]], workers: int,
+                   limits: ReadLimits, already: int, interned: Interned, hip: bool) -> list[Scanned] | None:
+    """Scan the pieces in `workers` processes; results in document order, None on any failure.
+
+    The piece numbers wait in a pipe that every process reads from, so each takes the next
+    piece when it is free: the parent, which also rebuilds the other processes' launches,
+    simply scans fewer. Children send each piece's result as soon as it is ready.
+    """
+    cap = _Cap(limits, path, already)
+    if len(ranges) * _PIECE.size > 32 * 1024:  # (the pipe holds 64 KiB)
+        return None
+    results: list[Scanned | None] = [None] * len(ranges)
+    todo_r, todo_w = os.pipe()
+    os.write(todo_w, b"".join(_PIECE.pack(i) for i in range(len(ranges))))
+    os.close(todo_w)
+    children: list[_Child] = []
+    try:
+        for _ in range(min(workers, len(ranges)) - 1):
+            children.append(_fork_scanner(source, ranges, todo_r, hip))
+        buf = bytearray()
+        while (i := _next_piece(todo_r)) is not None:
+            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip)
+            cap.add(r)
+            for child in children:
+                child.receive(results, cap, wait=False)
+        del buf
+        for child in children:
+            child.receive(results, cap, wait=True)
+    finally:
+        os.close(todo_r)
+        for child in children:
+            child.close()
+    complete = [r for r in results if r is not None]
+    return complete if len(complete) == len(results) else None
+
+
+_PIECE = struct.Struct("<I")
+_NOTE = struct.Struct("<IQQ")  # piece number, offset and size of its result in the child's scratch file
+
+
+def _next_piece(todo: int) -> int | None:
+    data = os.read(todo, _PIECE.size)  # pipe reads this small are atomic: no piece is taken twice
+    return _PIECE.unpack(data)[0] if data else None
+
+
+class _Child:
+    """A scanning child process. Each result goes to a scratch file (writing never waits for
+    the parent), and a 20-byte note on a pipe says where it is."""
+
+    def __init__(self, pid: int, notes: int, store: int) -> None:
+        self.pid = pid
+        self.notes = notes
+        self.store = store
+        self.pending = b""
+        self.done = False
+
+    def receive(self, results: list[Scanned | None], cap: _Cap, *, wait: bool) -> None:
+        """Decode the pieces finished so far, or (`wait`) every piece until the child is done."""
+        while not self.done and (wait or select.select([self.notes], [], [], 0)[0]):
+            data = os.read(self.notes, 64 * 1024)
+            if not data:
+                self.done = True
+                return
+            data = self.pending + data
+            whole = len(data) - len(data) % _NOTE.size
+            for piece, offset, size in _NOTE.iter_unpack(data[:whole]):
+                results[piece] = r = _RECEIVE.decode(os.pread(self.store, size, offset))
+                cap.add(r)
+            self.pending = data[whole:]
+
+    def close(self) -> None:
+        with suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)  # a child still running here is no longer needed
+        os.waitpid(self.pid, 0)
+        os.close(self.notes)
+        os.close(self.store)
+
+
+def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool) -> _Child:
+    """A child process that scans the pieces it takes from `todo` and stores each result."""
+    notes_r, notes_w = os.pipe()
+    store = _scratch_file()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns; sends nothing more after a failure
+        code = 1
+        try:
+            os.close(notes_r)
+            buf = bytearray()
+            offset = 0
+            interned = Interned()
+            while (i := _next_piece(todo)) is not None:
+                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip))
+                _write_all(store, payload)
+                os.write(notes_w, _NOTE.pack(i, offset, len(payload)))  # atomic: shorter than PIPE_BUF
+                offset += len(payload)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(notes_w)
+    return _Child(pid, notes_r, store)
+
+
+def _scratch_file() -> int:
+    """An anonymous file (in memory where the OS allows) for a child's results."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("warpwatch-trace", getattr(os, "MFD_CLOEXEC", 0))
+    with tempfile.TemporaryFile() as tmp:
+        return os.dup(tmp.fileno())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _workers(requested: int | None, size: int) -> int:
+    """How many processes decode a document of `size` bytes."""
+    if requested is not None:
+        n = requested
+    else:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            n = os.cpu_count() or 1
+        n = min(n, MAX_WORKERS)
+    if n <= 1 or size < PARALLEL_MIN_BYTES or not may_fork():
+        return 1
+    return n
