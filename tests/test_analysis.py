@@ -258,3 +258,38 @@ def test_artifact_totals_and_per_kernel_counts_agree() -> None:
     assert {k.name: k.artifacts for k in result.kernels} == {
         "a": {"unrounded_warps": 2}, "b": {"missing_launch_config": 1}
     }
+
+
+def test_busy_time_is_inclusion_exclusion_over_every_set_of_launches_that_run_at_once() -> None:
+    """Random launches on up to four streams against the definition: every subset with a common
+    intersection, each term weighted by W / (W - its span)."""
+    from itertools import combinations
+    from random import Random
+
+    from warpwatch.analysis import MAX_OVERLAP, busy_time
+
+    rng = Random(7)
+    w = 1000.0
+    for _ in range(200):
+        intervals = []
+        for _stream in range(rng.randint(1, MAX_OVERLAP + 1)):
+            t = rng.uniform(0, 50)
+            while t < 300:
+                d = rng.uniform(1, 120)
+                intervals.append((t, t + d))
+                t += d + rng.uniform(0, 80)
+        expected = 0.0
+        for size in range(1, len(intervals) + 1):
+            found = False
+            for subset in combinations(intervals, size):
+                common = min(e for _, e in subset) - max(s for s, _ in subset)
+                if common <= 0:
+                    continue
+                found = True
+                span = max(e for _, e in subset) - min(s for s, _ in subset)
+                expected += (-1) ** (size + 1) * common * w / (w - span)
+            if not found:
+                break
+        got, truncated = busy_time(intervals, w)
+        assert not truncated
+        assert got == pytest.approx(max(expected, 0.0), rel=1e-9, abs=1e-9)

@@ -13,7 +13,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from .gcpause import gc_paused
 from .model import (
@@ -337,9 +337,11 @@ _DUR = attrgetter("dur")
 LONG_KERNEL_RATIO = 0.5
 """A window whose longest captured launch is at least this share of W is low-confidence: such
 launches are captured with probability (W - d)/W <= 1/2, and longer ones not at all."""
-MAX_OVERLAP = 12
-"""Most launches running at once that the busy estimator's inclusion-exclusion enumerates
-(2^12 terms); beyond it the latest-ending ones are kept and the window is low-confidence."""
+MAX_OVERLAP = 3
+"""Most earlier launches still running that the busy estimator's inclusion-exclusion enumerates
+with a new one (2^3 terms); beyond it the latest-ending ones are kept (the overlap with the others
+is not taken out, so busy reads high) and the window is low-confidence. Bounds the cost of a trace
+with many streams at once."""
 
 
 def busy_time(intervals: Iterable[tuple[float, float]], w: float) -> tuple[float, bool]:
@@ -360,12 +362,33 @@ def busy_time(intervals: Iterable[tuple[float, float]], w: float) -> tuple[float
     for start, end in sorted(intervals):
         if active:
             active = [iv for iv in active if iv[1] > start]
-        if len(active) > MAX_OVERLAP:
-            truncated = True
-            active = sorted(active, key=lambda iv: iv[1])[-MAX_OVERLAP:]
-        total += _terms(start, end, start, end, active, 0, 1, w)
+        d = end - start
+        if not active:  # alone: h·d (the common case, inlined)
+            total += d * w / (w - d) if d < w else d
+        elif len(active) == 1:  # itself, minus its overlap with the other at the pair's weight
+            s1, e1 = active[0]
+            span = (end if end > e1 else e1) - s1
+            total += (d * w / (w - d) if d < w else d) - (
+                ((end if end < e1 else e1) - start) * (w / (w - span) if span < w else 1.0))
+        elif len(active) == 2:  # two streams and a third: the four sets with this launch, inlined
+            (s1, e1), (s2, e2) = active
+            m1, m2, m12 = min(end, e1), min(end, e2), min(end, e1, e2)
+            x1, x2, x12 = max(end, e1) - s1, max(end, e2) - s2, max(end, e1, e2) - min(s1, s2)
+            total += (d * w / (w - d) if d < w else d) - (
+                (m1 - start) * (w / (w - x1) if x1 < w else 1.0)) - (
+                (m2 - start) * (w / (w - x2) if x2 < w else 1.0)) + (
+                (m12 - start) * (w / (w - x12) if x12 < w else 1.0))
+        else:
+            if len(active) > MAX_OVERLAP:
+                truncated = True
+                active.sort(key=_END)
+                del active[:-MAX_OVERLAP]
+            total += _terms(start, end, start, end, active, 0, 1, w)
         active.append((start, end))
     return max(total, 0.0), truncated
+
+
+_END = itemgetter(1)
 
 
 def _terms(start: float, min_end: float, first: float, last: float,

@@ -137,7 +137,7 @@ GPU_EMPTY_SECONDS = MetricDef(
 GPU_LOW_CONFIDENCE_SECONDS = MetricDef(
     "warpwatch_gpu_low_confidence_seconds", "counter",
     "Observed time in windows whose statistics for this GPU are low-confidence (estimated bounds, "
-    "a captured kernel of at least half the window, too many kernels at once).", GPU, unit="seconds")
+    "a captured kernel of at least half the window, more than 4 kernels at once).", GPU, unit="seconds")
 KERNEL_SECONDS = MetricDef(
     "warpwatch_kernel_seconds", "counter",
     "Corrected GPU time of the kernel (sum of h*d), over all windows.", KERNEL, unit="seconds")
