@@ -60,7 +60,7 @@ ALLOWED_SERIES = set().union(*(series_names(m) for m in md.ALL)) | {r.record for
 LAST_WINDOW_GAUGES = {
     md.exposed_name(m) for m in md.ALL
     if m.type == "gauge" and m.labels and m.labels[0] == "gpu" and not m.name.startswith("warpwatch_nvml_")
-    and m is not md.GPU_INFO
+    and m not in (md.GPU_INFO, md.KERNEL_INFO)
 }
 """Per-window estimates: read only as "now" (or as a min / max over time, which a missing window
 cannot bias upwards / downwards... see test_gauges_are_read_only_as_now_or_as_extremes)."""

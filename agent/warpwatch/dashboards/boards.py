@@ -121,7 +121,8 @@ def _overview(s: Settings) -> DashboardDef:
                 "table", f"GPUs: {NOW}",
                 "The last round's values per GPU, for a glance at the present only (never average "
                 "them over time: the trends above are built from rates of sums). Device name, compute "
-                "capability and SM count from the traces or NVML.",
+                "capability, SM count, vendor and UUID from the traces or NVML (the UUID is the key to "
+                "join dcgm-exporter's series: its `gpu` label is another numbering).",
                 "none",
                 (
                     Query(gauge(md.GPU_BUSY), instant=True, table=True),
@@ -139,7 +140,7 @@ def _overview(s: Settings) -> DashboardDef:
                     Column("D", "Longest kernel / window (last window)", PERCENT),
                     Column("E", "Low confidence (last window)", COUNT),
                 ),
-                keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms"),
+                keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms", "vendor", "uuid"),
             ),
         ),
     )
@@ -191,6 +192,13 @@ def _kernels(s: Settings) -> DashboardDef:
                 ),
                 keep_labels=("namespace", "pod", "gpu", "kernel"),
                 sort_by="Time share",
+            ),
+            PanelDef(
+                "table", "Kernel names",
+                "The full name behind each `kernel` label over the selected range (warpwatch_kernel_info): "
+                "labels are short and stable; a label ending in ~hash was shortened from this name.",
+                "none", (Query(f"max_over_time({gauge(md.KERNEL_INFO)}[{RANGE}])", instant=True, table=True),),
+                width=24, height=8, keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
             ),
             PanelDef(
                 "timeseries", "Estimated vs theoretical occupancy",
