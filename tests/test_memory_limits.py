@@ -36,7 +36,7 @@ GiB = 1024**3
 SOURCE = HTA / "df_index_resolver" / "df_index_resolver.json.gz"
 GOOD = HTA / "trace_diff" / "control" / "control.json.gz"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 _WHY_NOT = memcg.unavailable()
 

@@ -253,3 +253,18 @@ def test_every_shared_trace_read_in_skimmed_pieces_is_the_trace_read_whole(path:
         return
     assert parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=16_000, workers=1)) == expected
     assert parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=16_000, workers=2)) == expected
+
+
+def test_a_read_is_abandoned_between_pieces_when_asked() -> None:
+    """The agent asks (on SIGTERM) through `cancel`: the read stops at the next piece, not at the end."""
+    data = dumps(big_doc())
+    asked: list[int] = []
+
+    def cancel() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(TraceError, match="read abandoned: the agent is stopping") as info:
+        cut(data, cancel=cancel)
+    assert info.value.kind == "io_error"
+    assert len(asked) == 4 and len(data) > 10 * PIECE  # stopped long before the end

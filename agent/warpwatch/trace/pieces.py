@@ -276,6 +276,9 @@ class _Reader:
         self.indent: bytes | None = None
 
     def fill(self, size: int) -> None:
+        cancel = self.limits.cancel
+        if cancel is not None and cancel():
+            raise TraceError(self.path, "read abandoned: the agent is stopping", kind="io_error")
         while len(self.buf) < size and not self.eof:
             data = self.stream.read(min(READ_BYTES, size - len(self.buf)))
             if data:
