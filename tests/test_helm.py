@@ -1,9 +1,12 @@
 """The Helm chart, rendered by the real helm binary and checked by real validators.
 
-For each value set: `helm lint --strict`, `helm template`, `kubernetes-validate --strict` for two
-Kubernetes versions, the hardened securityContext on every container, the ServiceMonitor and
-NetworkPolicy against the Service and the pods, the PrometheusRule through `promtool check rules`,
-and the sidecar's WARPWATCH_* environment through the agent's own config loader.
+For each value set: `helm lint --strict`, `helm template` on a cluster that serves the Prometheus
+Operator's API (`--api-versions monitoring.coreos.com/v1`) and on one that does not,
+`kubernetes-validate --strict` for two Kubernetes versions, `namespace:` on every object, the
+hardened securityContext on every container, no readiness gate by default, the native-sidecar
+mode, the ServiceMonitor and NetworkPolicy against the Service and the pods, the PrometheusRule
+through `promtool check rules`, the sidecar's WARPWATCH_* environment through the agent's own
+config loader, and the README's values table against values.yaml.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from warpwatch import __version__, deploysync
+from warpwatch import __version__, chartdoc, deploysync
 from warpwatch.capture.registry import PREFIXES
 from warpwatch.config import SETTINGS, SETTINGS_BY_NAME, load_config
 
@@ -32,6 +35,8 @@ RELEASE, NAMESPACE = "gpu", "inference"
 FULLNAME = f"{RELEASE}-warpwatch"
 KUBE_VERSIONS = ("1.30.0", "1.32.0")
 CRD_GROUP = "monitoring.coreos.com/v1"
+MONITORING = ("--api-versions", CRD_GROUP)
+"""`helm template` on a cluster with the Prometheus Operator (helm install asks the cluster)."""
 AGENT_UID = 65532
 
 
@@ -77,7 +82,10 @@ ALL_CONFIG_EXPECTED: dict[str, Any] = {
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
-    "sidecar-only": {"example": {"enabled": False}},
+    "example": {"example": {"enabled": True}},
+    "native-sidecar": {"example": {"enabled": True}, "warpwatch": {"nativeSidecar": True}},
+    "no-monitoring": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+                      "dashboards": {"enabled": False}},
     "all-features": {
         "image": {"digest": "sha256:" + "ab" * 32},
         "imagePullSecrets": [{"name": "registry"}],
@@ -96,7 +104,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "probeScheme": "HTTPS",
             "traceVolume": {"medium": "Memory", "sizeLimit": "512Mi"},
         },
-        "example": {"gpu": {"count": 2}, "runtimeClassName": "nvidia", "podAnnotations": {"team": "ml"},
+        "example": {"enabled": True, "gpu": {"count": 2}, "runtimeClassName": "nvidia",
+                    "podAnnotations": {"team": "ml"},
                     "env": [{"name": "CUDA_MODULE_LOADING", "value": "LAZY"}],
                     "nodeSelector": {"nvidia.com/gpu.present": "true"}},
         "service": {"annotations": {"note": "metrics"}},
@@ -110,6 +119,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                           "extraIngress": [{"ports": [{"port": 8000, "protocol": "TCP"}]}]},
     },
     "custom-labels": {
+        "example": {"enabled": True},
         "fullnameOverride": "occupancy",
         "commonLabels": {"team": "inference", "cost-center": "gpu-42"},
         "service": {"labels": {"scrape": "yes"}, "portName": "http-metrics", "port": 8080},
@@ -120,6 +130,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                        "namespace": "monitoring"},
     },
     "network-policy": {
+        "example": {"enabled": True},
         "networkPolicy": {"enabled": True, "from": [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
              "podSelector": {"matchLabels": {"app": "vmagent"}}},
@@ -128,8 +139,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
     "no-daemon-no-gpu": {
         "kineto": {"useDaemon": False},
-        "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}, "readinessProbe": {"enabled": False}},
-        "example": {"gpu": {"count": 0}},
+        "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}, "readinessProbe": {"enabled": True}},
+        "example": {"enabled": True, "gpu": {"count": 0}},
     },
 }
 
@@ -149,14 +160,15 @@ def _helm(*args: str, check: bool = True, cwd: Path | None = None, env: dict[str
 
 
 @cache
-def _render_text(name: str, kube_version: str = KUBE_VERSIONS[-1]) -> str:
+def _render_text(name: str, kube_version: str = KUBE_VERSIONS[-1], monitoring: bool = True) -> str:
     return _helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
-                 "-f", "-", stdin=yaml.safe_dump(VALUE_SETS[name])).stdout
+                 *(MONITORING if monitoring else ()), "-f", "-", stdin=yaml.safe_dump(VALUE_SETS[name])).stdout
 
 
-def render(name: str, kube_version: str = KUBE_VERSIONS[-1]) -> list[dict[str, Any]]:
-    """The objects `helm template` renders for a value set (fresh copies)."""
-    return [doc for doc in yaml.safe_load_all(_render_text(name, kube_version)) if doc]
+def render(name: str, kube_version: str = KUBE_VERSIONS[-1], *, monitoring: bool = True) -> list[dict[str, Any]]:
+    """The objects `helm template` renders for a value set (fresh copies), by default on a cluster
+    that serves monitoring.coreos.com/v1."""
+    return [doc for doc in yaml.safe_load_all(_render_text(name, kube_version, monitoring)) if doc]
 
 
 def values_of(name: str) -> dict[str, Any]:
@@ -186,7 +198,9 @@ def pod_templates(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def container(template: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(c for c in template["spec"]["containers"] if c["name"] == name)
+    """A container or init container of the pod template, by name."""
+    spec = template["spec"]
+    return next(c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name)
 
 
 def env_of(c: dict[str, Any]) -> dict[str, str]:
@@ -317,30 +331,72 @@ def test_helm_lint_strict(name: str) -> None:
     assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout, proc.stdout
 
 
-def _expected_counts(name: str) -> Counter[str]:
+def _expected_counts(name: str, monitoring: bool) -> Counter[str]:
     v = values_of(name)
+
+    def on(key: str) -> bool:  # null: when the cluster serves monitoring.coreos.com/v1
+        return monitoring if v[key]["enabled"] is None else bool(v[key]["enabled"])
+
     counts: Counter[str] = Counter()
     if v["example"]["enabled"]:
         counts["Deployment"] += 1
     if v["kineto"]["useDaemon"] and v["kineto"]["config"]:
         counts["ConfigMap"] += 1
-    if v["dashboards"]["enabled"]:
+    if on("dashboards"):
         counts["ConfigMap"] += len(list((CHART / "files" / "dashboards").glob("*.json")))
     for key, kind in (("service", "Service"), ("serviceMonitor", "ServiceMonitor"),
                       ("prometheusRule", "PrometheusRule"), ("networkPolicy", "NetworkPolicy")):
-        if v[key]["enabled"]:
+        if on(key) if key in ("serviceMonitor", "prometheusRule") else v[key]["enabled"]:
             counts[kind] += 1
     return counts
 
 
-def test_rendered_object_counts() -> None:
+@pytest.mark.parametrize("monitoring", [True, False], ids=["with-monitoring-api", "without"])
+def test_rendered_object_counts(monitoring: bool) -> None:
     lines = []
     for name in VALUE_SETS:
-        counts = Counter(o["kind"] for o in render(name))
-        assert counts == _expected_counts(name), name
+        counts = Counter(o["kind"] for o in render(name, monitoring=monitoring))
+        assert counts == _expected_counts(name, monitoring), name
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
         lines.append(f"{name}: {sum(counts.values())} objects ({kinds})")
-    print("\nrendered objects per value set:\n  " + "\n  ".join(lines))
+    print(f"\nrendered objects per value set ({'with' if monitoring else 'without'} {CRD_GROUP}):\n  "
+          + "\n  ".join(lines))
+
+
+def test_default_values_render_the_monitoring_objects_exactly_when_the_cluster_serves_their_api(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def names(objs: list[dict[str, Any]]) -> list[str]:
+        return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
+
+    without = names(render("default", monitoring=False))
+    with_api = names(render("default", monitoring=True))
+    assert without == [f"ConfigMap/{FULLNAME}-kineto", f"Service/{FULLNAME}"]
+    dashboards = sorted(f"ConfigMap/{FULLNAME}-dashboard-{p.stem.removeprefix('warpwatch-')}"
+                        for p in (ROOT / "dashboards").glob("*.json"))
+    assert with_api == sorted([*without, *dashboards, f"PrometheusRule/{FULLNAME}", f"ServiceMonitor/{FULLNAME}"])
+    # Explicit values still decide, whatever the cluster serves.
+    assert names(render("no-monitoring", monitoring=True)) == without
+    forced = _helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--set",
+                   "serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboards.enabled=true").stdout
+    assert names([d for d in yaml.safe_load_all(forced) if d]) == with_api
+    # Without the Service, an automatic ServiceMonitor is left out, an explicit one is an error.
+    no_service = _helm("template", RELEASE, str(CHART), *MONITORING, "--set", "service.enabled=false").stdout
+    assert "kind: ServiceMonitor" not in no_service and "kind: PrometheusRule" in no_service
+    proc = _helm("template", RELEASE, str(CHART), "--set", "service.enabled=false,serviceMonitor.enabled=true",
+                 check=False)
+    assert proc.returncode != 0 and "a ServiceMonitor needs service.enabled" in proc.stderr
+    with capsys.disabled():
+        print(f"\ndefault values, cluster without {CRD_GROUP}: " + ", ".join(without))
+        print(f"default values, cluster with {CRD_GROUP}: " + ", ".join(with_api))
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_every_object_names_its_namespace(name: str) -> None:
+    dashboards_namespace = values_of(name)["dashboards"]["namespace"] or NAMESPACE
+    for obj in render(name):
+        expected = (dashboards_namespace if obj["metadata"]["labels"].get("app.kubernetes.io/component")
+                    == "dashboards" else NAMESPACE)
+        assert obj["metadata"].get("namespace") == expected, f"{obj['kind']}/{obj['metadata']['name']}"
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
@@ -348,7 +404,7 @@ def test_rendered_object_counts() -> None:
 def test_manifests_pass_kubernetes_validate_strict(name: str, kube_version: str) -> None:
     import kubernetes_validate
 
-    objs = render(name, kube_version)
+    objs = render(name, kube_version) + render(name, kube_version, monitoring=False)
     checked = 0
     for obj in objs:
         if obj["apiVersion"] == CRD_GROUP:
@@ -366,7 +422,7 @@ def test_kubernetes_validate_cli_strict_on_the_default_render(tmp_path: Path) ->
     """The command line, as CI or a user would run it, on the whole default render."""
     exe = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")
     manifest = tmp_path / "default.yaml"
-    manifest.write_text(_render_text("default", KUBE_VERSIONS[0]), encoding="utf-8")
+    manifest.write_text(_render_text("example", KUBE_VERSIONS[0]), encoding="utf-8")
     for kube_version in KUBE_VERSIONS:
         proc = subprocess.run([exe, "--strict", "-k", kube_version, str(manifest)],
                               capture_output=True, text=True, timeout=120)
@@ -380,7 +436,7 @@ def test_kubernetes_validate_cli_strict_on_the_default_render(tmp_path: Path) ->
 @pytest.mark.parametrize("name", list(VALUE_SETS))
 def test_every_container_is_hardened(name: str) -> None:
     templates = pod_templates(render(name))
-    assert templates or not values_of(name)["example"]["enabled"]
+    assert bool(templates) == values_of(name)["example"]["enabled"]
     for template in templates:
         spec = template["spec"]
         pod_sc = spec.get("securityContext", {})
@@ -404,14 +460,16 @@ def test_every_container_is_hardened(name: str) -> None:
 
 
 def test_sidecar_defaults_follow_the_agent() -> None:
-    template = pod_templates(render("default"))[0]
+    template = pod_templates(render("example"))[0]
     sidecar = container(template, "warpwatch")
     assert sidecar["image"] == f"ghcr.io/warpwatch/warpwatch:{__version__}"
     assert "command" not in sidecar  # the image's ENTRYPOINT: warpwatch run
     port = sidecar["ports"][0]
     assert port["containerPort"] == SETTINGS_BY_NAME["port"].default
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"], "scheme": "HTTP"}
-    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"], "scheme": "HTTP"}
+    # No readiness gate: the sidecar's readiness would be the serving pod's.
+    assert "readinessProbe" not in sidecar and "startupProbe" not in sidecar
+    assert "restartPolicy" not in sidecar and "initContainers" not in template["spec"]
     assert env_of(sidecar) == {"WARPWATCH_SOURCE": "kineto-daemon", "WARPWATCH_TRACE_DIR": "/tmp/warpwatch",
                                "WARPWATCH_LOG_FORMAT": "json"}
     config = load_config(environ=env_of(sidecar))
@@ -448,7 +506,7 @@ def test_every_setting_reaches_the_agent_through_its_environment_variable(tmp_pa
     assert {"web", "gpus"} <= set(volumes)
 
 
-@pytest.mark.parametrize("name", ["default", "all-features"])
+@pytest.mark.parametrize("name", ["example", "all-features", "native-sidecar"])
 def test_traced_container_reaches_the_agent_through_the_daemon_protocol(name: str) -> None:
     objs = render(name)
     template = pod_templates(objs)[0]
@@ -477,7 +535,25 @@ def test_without_the_daemon_no_kineto_settings_and_no_gpu() -> None:
     assert not any(k.startswith("KINETO_") for k in env_of(workload))
     assert "nvidia.com/gpu" not in workload["resources"].get("limits", {})
     assert "warpwatch-kineto" not in {v["name"] for v in template["spec"]["volumes"]}
-    assert "readinessProbe" not in container(template, "warpwatch")
+    # Asked for explicitly (a pod that serves nothing else): /readyz.
+    readiness = container(template, "warpwatch")["readinessProbe"]
+    assert readiness["httpGet"]["path"] == "/readyz"
+
+
+def test_native_sidecar_mode_runs_the_agent_as_a_restartable_init_container() -> None:
+    template = pod_templates(render("native-sidecar"))[0]
+    spec = template["spec"]
+    assert [c["name"] for c in spec["containers"]] == ["workload"]
+    (sidecar,) = spec["initContainers"]
+    assert sidecar["name"] == "warpwatch" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz" and "readinessProbe" not in sidecar
+    assert mounts_of(sidecar)["warpwatch-traces"] == mounts_of(container(template, "workload"))["warpwatch-traces"]
+    # Native sidecars need Kubernetes 1.29: an older cluster gets an error, not a pod that never starts.
+    proc = _helm("template", RELEASE, str(CHART), "--kube-version", "1.28.0", "--set",
+                 "example.enabled=true,warpwatch.nativeSidecar=true", check=False)
+    assert proc.returncode != 0 and "warpwatch.nativeSidecar needs Kubernetes 1.29 or newer" in proc.stderr
+    _helm("template", RELEASE, str(CHART), "--kube-version", "1.29.0", "--set",
+          "example.enabled=true,warpwatch.nativeSidecar=true")
 
 
 @pytest.mark.parametrize("name", [n for n in VALUE_SETS if VALUE_SETS[n].get("serviceMonitor", {}).get("enabled")])
@@ -486,7 +562,7 @@ def test_servicemonitor_selects_the_service_and_names_its_port(name: str) -> Non
     service, monitor = one(objs, "Service"), one(objs, "ServiceMonitor")
     values = values_of(name)
     assert monitor["apiVersion"] == CRD_GROUP
-    assert monitor["metadata"]["name"] and "namespace" not in monitor["metadata"]  # the release's
+    assert monitor["metadata"]["name"] and monitor["metadata"]["namespace"] == NAMESPACE
     assert set(values["serviceMonitor"]["labels"].items()) <= set(monitor["metadata"]["labels"].items())
     assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
@@ -597,55 +673,6 @@ def test_rendering_without_the_generated_files_says_what_to_run(tmp_path: Path) 
 
 
 # ---------------------------------------------------------------------------------------------
-# the vLLM example of helm/warpwatch/README.md, as written there
-
-
-def _readme_files() -> dict[str, str]:
-    text = (CHART / "README.md").read_text(encoding="utf-8")
-    files = {}
-    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
-        m = re.match(r"# (my-vllm/\S+)\n", block)
-        if m:
-            files[m.group(1)] = block
-    return files
-
-
-def test_the_readme_vllm_example_renders_a_traced_vllm_pod(tmp_path: Path) -> None:
-    files = _readme_files()
-    assert set(files) == {"my-vllm/Chart.yaml", "my-vllm/values.yaml", "my-vllm/templates/deployment.yaml"}
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text, encoding="utf-8")
-    shutil.copytree(CHART, tmp_path / "warpwatch")  # `repository: file://../warpwatch`
-    isolated = {"HELM_CONFIG_HOME": str(tmp_path / ".helm/config"), "HELM_CACHE_HOME": str(tmp_path / ".helm/cache"),
-                "HELM_DATA_HOME": str(tmp_path / ".helm/data"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    _helm("dependency", "build", "my-vllm", cwd=tmp_path, env=isolated)
-    _helm("lint", "--strict", "my-vllm", cwd=tmp_path, env=isolated)
-    text = _helm("template", "serve", "my-vllm", "--namespace", NAMESPACE, cwd=tmp_path, env=isolated).stdout
-    objs = [d for d in yaml.safe_load_all(text) if d]
-    import kubernetes_validate
-
-    for obj in objs:
-        if obj["apiVersion"] != CRD_GROUP:
-            kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
-    deployment = one(objs, "Deployment")
-    template = deployment["spec"]["template"]
-    vllm, sidecar = container(template, "vllm"), container(template, "warpwatch")
-    assert env_of(vllm)["KINETO_USE_DAEMON"] == "1"
-    assert mounts_of(vllm)["warpwatch-traces"] == mounts_of(sidecar)["warpwatch-traces"] == "/tmp/warpwatch"
-    assert "readinessProbe" not in sidecar  # never gate vLLM's own readiness on the agent
-    assert template["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm"
-    service = one(objs, "Service")
-    assert selects(service["spec"]["selector"], template["metadata"]["labels"])
-    assert one(objs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
-    assert len(by_kind(objs, "PrometheusRule")) == 1
-    assert not [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-example")]
-    alerts = {r["alert"] for g in one(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"] if "alert" in r}
-    for mentioned in re.findall(r"`(Warpwatch[A-Za-z]+)`", (CHART / "README.md").read_text(encoding="utf-8")):
-        assert mentioned in alerts
-
-
-# ---------------------------------------------------------------------------------------------
 # NOTES.txt (helm template does not render it: a copy of the chart renders it into a ConfigMap)
 
 
@@ -668,3 +695,78 @@ def test_notes_render_for_every_value_set(name: str, tmp_path: Path) -> None:
     assert ("NetworkPolicy" in rendered) == values["networkPolicy"]["enabled"]
     if values["service"]["enabled"]:
         assert f"port-forward svc/{values['fullnameOverride'] or FULLNAME}" in rendered
+
+
+# ---------------------------------------------------------------------------------------------
+# the values table of README.md, generated from the comments of values.yaml (warpwatch.chartdoc)
+
+
+def test_the_readme_values_table_is_generated_from_values_yaml_and_current() -> None:
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    values_text = (CHART / "values.yaml").read_text(encoding="utf-8")
+    assert chartdoc.replace_table(readme, values_text) == readme, "run `warpwatch dashboards build`"
+    table = readme[readme.index(chartdoc.BEGIN):readme.index(chartdoc.END)]
+    keys = re.findall(r"^\| `([^`]+)` \|", table, re.M)
+    # Complete: every value Helm accepts (down to the schema's pass-through objects) has a row or
+    # lies under a row.
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    values = yaml.safe_load(values_text)
+    paths = _value_paths(values, schema)
+    for path in paths:
+        if any(other.startswith(path + ".") for other in paths):
+            continue  # a map: its values are checked
+        assert any(path == k or path.startswith(k + ".") for k in keys), f"{path} has no row"
+    assert "warpwatch.readinessProbe" in keys and "serviceMonitor.enabled" in keys
+
+
+def test_the_agent_defaults_quoted_in_values_yaml_are_the_agents() -> None:
+    """`[60s]` after a warpwatch.config description is the agent's default, as `warpwatch run --help` says."""
+    from warpwatch.config import settings_table_markdown
+
+    agent = {}
+    for line in settings_table_markdown().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        agent[cells[2].strip("`")] = cells[3]
+    rows = {r.key.removeprefix("warpwatch.config."): r.description for r in chartdoc.rows(
+        (CHART / "values.yaml").read_text(encoding="utf-8")) if r.key.startswith("warpwatch.config.")}
+    assert set(rows) == set(agent)
+    for name, description in rows.items():
+        quoted = re.findall(r"\[([^\]]+)\]", description)
+        if quoted:
+            assert quoted[0] == agent[name], f"{name}: values.yaml says [{quoted[0]}], the agent {agent[name]}"
+
+
+def test_chartdoc_documents_every_value_or_says_which_is_not() -> None:
+    text = """# Section comments without `--` are not descriptions.
+image:
+  # -- Where the image comes from.
+  repository: x
+  # -- A map documented as a whole.
+  resources:
+    limits:
+      memory: 1Gi
+# -- A map whose keys are documented too.
+config:
+  # -- A block scalar.
+  script: |
+    import sys
+    print("a: b")
+  # -- A list.
+  tolerations:
+    - key: a
+      operator: Exists
+"""
+    assert [(r.key, r.description) for r in chartdoc.rows(text)] == [
+        ("image.repository", "Where the image comes from."),
+        ("image.resources", "A map documented as a whole."),
+        ("config", "A map whose keys are documented too."),
+        ("config.script", "A block scalar."),
+        ("config.tolerations", "A list."),
+    ]
+    table = chartdoc.render(text)
+    assert '| `image.resources` | `{"limits": {"memory": "1Gi"}}` | A map documented as a whole. |' in table
+    assert "| `config.script` | multi-line string (see values.yaml) | A block scalar. |" in table
+    with pytest.raises(chartdoc.ChartDocError, match=r"no `# --` description for image.tag, port$"):
+        chartdoc.rows("image:\n  # -- ok\n  repository: x\n  tag: y\nport: 1\n")
+    with pytest.raises(chartdoc.ChartDocError, match="no values table markers"):
+        chartdoc.replace_table("# README without markers\n", text)

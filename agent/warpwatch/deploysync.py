@@ -1,10 +1,11 @@
-"""Copies of the generated monitoring files inside the Helm chart.
+"""What the Helm chart carries that is generated elsewhere: the monitoring files and the values table.
 
 `warpwatch dashboards build` writes the dashboards and alert rules into `dashboards/`. A Helm
 chart can read only files inside itself (`.Files.Get`), so the chart carries byte-identical copies
 under `helm/warpwatch/files/`; `sync` refreshes them (the dashboards build calls it) and `check`
 says which are stale (a test runs it). The compose stack (`deploy/docker-compose.yml`) mounts
-`dashboards/` directly and needs no copies.
+`dashboards/` directly and needs no copies. The same two functions keep the values table of
+`helm/warpwatch/README.md` generated from the comments of `values.yaml` (`warpwatch.chartdoc`).
 
 | source (under the repository root) | copy |
 |---|---|
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import chartdoc
 from .errors import WarpwatchError
 
 
@@ -36,6 +38,11 @@ RULES: tuple[CopyRule, ...] = (
     CopyRule("dashboards", "*.json", "helm/warpwatch/files/dashboards"),
     CopyRule("dashboards/alerts", "warpwatch-rules.yaml", "helm/warpwatch/files/alerts"),
 )
+
+
+CHART_VALUES = "helm/warpwatch/values.yaml"
+CHART_README = "helm/warpwatch/README.md"
+"""The chart README's values table is generated from the comments of values.yaml."""
 
 
 class DeploySyncError(WarpwatchError):
@@ -82,7 +89,22 @@ def sync(repo_root: Path) -> list[Path]:
     for path in _extra_files(repo_root, pairs):
         path.unlink()
         changed.append(path)
+    table = _values_table(repo_root)
+    if table is not None and table[1] != table[0].read_text(encoding="utf-8"):
+        table[0].write_text(table[1], encoding="utf-8")
+        changed.append(table[0])
     return changed
+
+
+def _values_table(repo_root: Path) -> tuple[Path, str] | None:
+    """(chart README, its text with a fresh values table); None without a chart.
+
+    Raises chartdoc.ChartDocError when values.yaml has an undocumented value."""
+    values, readme = repo_root / CHART_VALUES, repo_root / CHART_README
+    if not (values.is_file() and readme.is_file()):
+        return None
+    text = readme.read_text(encoding="utf-8")
+    return readme, chartdoc.replace_table(text, values.read_text(encoding="utf-8"))
 
 
 def check(repo_root: Path) -> list[str]:
@@ -104,4 +126,12 @@ def check(repo_root: Path) -> list[str]:
             problems.append(f"{rel_dest}: differs from {rel_src}")
     for path in _extra_files(repo_root, pairs):
         problems.append(f"{path.relative_to(repo_root)}: no such file in the generated sources")
+    try:
+        table = _values_table(repo_root)
+    except chartdoc.ChartDocError as exc:
+        problems.append(f"{CHART_VALUES}: {exc}")
+    else:
+        if table is not None and table[1] != table[0].read_text(encoding="utf-8"):
+            problems.append(f"{CHART_README}: the values table differs from {CHART_VALUES} "
+                            "(run `warpwatch dashboards build`)")
     return problems

@@ -61,6 +61,34 @@ warpwatch.io/agent: {{ include "warpwatch.fullname" . }}
 {{- end }}
 {{- end }}
 
+{{/* Whether an object of the Prometheus Operator's API (monitoring.coreos.com/v1) is rendered,
+from (list VALUE ROOT): true or false decide; null: when the cluster serves that API (`helm install`
+asks the cluster; `helm template` needs `--api-versions monitoring.coreos.com/v1`). "true" or "". */}}
+{{- define "warpwatch.monitoringEnabled" -}}
+{{- $value := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- if kindIs "invalid" $value -}}
+{{- if $root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end -}}
+{{- else if $value -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* The ServiceMonitor selects the chart's Service: without it, null means none. */}}
+{{- define "warpwatch.serviceMonitor.enabled" -}}
+{{- if or .Values.service.enabled (not (kindIs "invalid" .Values.serviceMonitor.enabled)) -}}
+{{- include "warpwatch.monitoringEnabled" (list .Values.serviceMonitor.enabled .) -}}
+{{- end -}}
+{{- end }}
+
+{{- define "warpwatch.prometheusRule.enabled" -}}
+{{- include "warpwatch.monitoringEnabled" (list .Values.prometheusRule.enabled .) -}}
+{{- end }}
+
+{{- define "warpwatch.dashboards.enabled" -}}
+{{- include "warpwatch.monitoringEnabled" (list .Values.dashboards.enabled .) -}}
+{{- end }}
+
 {{- define "warpwatch.image" -}}
 {{- $tag := .Values.image.tag | default .Chart.AppVersion }}
 {{- if .Values.image.digest }}
@@ -107,14 +135,21 @@ without an exponent (values.yaml numbers arrive as float64). */}}
 {{- end }}
 {{- end }}
 
-{{/* The sidecar container. Usage, inside a pod spec's `containers:`:
+{{/* The sidecar container. Usage, inside a pod spec's `containers:` (or `initContainers:` with
+warpwatch.nativeSidecar, Kubernetes 1.29+):
        {{- include "warpwatch.sidecar" . | nindent 8 }}            (this chart)
        {{- include "warpwatch.sidecar" .Subcharts.warpwatch | nindent 8 }}   (a parent chart) */}}
 {{- define "warpwatch.sidecar" -}}
 {{- $w := .Values.warpwatch -}}
+{{- if and $w.nativeSidecar (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "warpwatch.nativeSidecar needs Kubernetes 1.29 or newer (init containers with restartPolicy Always); the cluster is %s" .Capabilities.KubeVersion.Version) }}
+{{- end -}}
 - name: {{ $w.containerName }}
   image: {{ include "warpwatch.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if $w.nativeSidecar }}
+  restartPolicy: Always
+  {{- end }}
   {{- with $w.args }}
   args:
     {{- toYaml . | nindent 4 }}
