@@ -17,7 +17,7 @@ PHASES = (
     ("import", re.compile(r"_find_and_load|build_parser")),
     ("read + decode (trace.py)", re.compile(r"\((?:warpwatch/)?trace\.py")),
     ("analyze (analysis.py)", re.compile(r"\((?:warpwatch/)?analysis\.py")),
-    ("report (report.py)", re.compile(r"\((?:warpwatch/)?report\.py")),
+    ("report (analyze_command.py, table.py)", re.compile(r"\((?:warpwatch/)?(?:analyze_command|table)\.py")),
 )
 
 

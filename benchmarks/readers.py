@@ -3,7 +3,7 @@
 Each reads one trace and prints one JSON line (kernel count, plus a checksum where it computes
 warps per SM) so that run.py can check that the readers agree.
 
-- warpwatch-report: `warpwatch analyze --format json` without the CLI module (report.py only).
+- warpwatch-report: `warpwatch analyze --format json` without the CLI module (analyze_command.py only).
 - warpwatch-api: what `warpwatch analyze --format json` does, through `read_trace` and `analyze`
   (the file is read in pieces, by one process per core, never whole).
 - warpwatch-1proc: the same forced to one process (`read_trace(workers=1)`), as the agent reads.
@@ -53,7 +53,7 @@ def warpwatch_api(path: str, workers: int | None = None) -> dict[str, Any]:
     import msgspec
 
     from warpwatch.analysis import analyze
-    from warpwatch.report import analysis_to_dict
+    from warpwatch.analyze_command import analysis_to_dict
     from warpwatch.trace import read_trace
 
     trace = read_trace(path, workers=workers)
@@ -62,10 +62,10 @@ def warpwatch_api(path: str, workers: int | None = None) -> dict[str, Any]:
 
 
 def warpwatch_report(path: str) -> None:
-    """`warpwatch analyze --format json` through warpwatch.report alone (when the CLI does not start)."""
+    """`warpwatch analyze --format json` through warpwatch.analyze_command alone (when the CLI does not start)."""
     import argparse
 
-    from warpwatch import report
+    from warpwatch import analyze_command as report
 
     parser = argparse.ArgumentParser(prog="warpwatch")
     report.register(parser.add_subparsers())

@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         command += f" --repeat {args.repeat}"
     header = (
         f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}."
-        + ("" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran `warpwatch.report` directly.)")
+        + ("" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran the analyze module directly.)")
     )
     body = "\n\n".join([header, *sections])
     print(body)

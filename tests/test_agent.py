@@ -37,7 +37,7 @@ from warpwatch import metricdefs as md
 from warpwatch import service as service_module
 from warpwatch.capture import CapturedWindow
 from warpwatch.config import Config
-from warpwatch.names import KernelNamer
+from warpwatch.labels import KernelNamer
 from warpwatch.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,7 +225,8 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
             assert sample(samples, m.name, gpu=d["device"]) == d[field], m.name
         if d["name"] is not None:
             assert sample(samples, md.GPU_INFO.name, gpu=d["device"], name=d["name"],
-                          compute_capability=d["compute_capability"], sms=d["sms"]) == 1.0
+                          compute_capability=d["compute_capability"], sms=d["sms"], vendor=d["vendor"],
+                          uuid=d["uuid"] or "") == 1.0
     gpus = {k["device"] for k in doc["kernels"]}
     expected = sum(min(top_kernels + 1, sum(k["device"] == g for k in doc["kernels"])) for g in gpus)
     assert len(series(samples, md.KERNEL_TIME_SHARE.name)) == expected

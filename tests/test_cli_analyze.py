@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ SAMPLE = ROOT / "agent" / "warpwatch" / "samples" / "a100_alexnet.json.gz"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "warpwatch", "analyze", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "warpwatch", "analyze", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200"},  # a table wide enough for every column
     )
 
 
@@ -38,6 +40,13 @@ def test_json_summary_has_every_kernel_and_the_window(tmp_path: Path) -> None:
     assert trace["window"]["bounds"] == "trace_span"
     assert trace["launch_count"] == 79 == sum(k["samples"] for k in trace["kernels"])
     assert {"warps_per_sm", "resident_warps_per_sm", "theoretical_occupancy", "time_share"} <= set(trace["kernels"][0])
+    # Each kernel: its full name, and beside it the `kernel` label its metrics carry.
+    assert list(trace["kernels"][0])[:3] == ["device", "name", "label"]
+    labels = {(k["device"], k["label"]) for k in trace["kernels"]}
+    assert len(labels) == len(trace["kernels"])
+    pool = "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>("
+    (k,) = [k for k in trace["kernels"] if k["name"].startswith(pool)]
+    assert k["label"] == "at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>"
 
 
 def test_launches_jsonl_has_one_record_per_kernel_event_in_trace_order() -> None:
@@ -49,7 +58,8 @@ def test_launches_jsonl_has_one_record_per_kernel_event_in_trace_order() -> None
     ts = [r["ts"] for r in records]
     assert ts == sorted(ts) or len(ts) == 130  # trace order, as written
     first = records[0]
-    for field in ("name", "device", "ts", "dur", "grid", "block", "registers_per_thread", "shared_memory",
+    for field in ("name", "label", "launch_api", "device", "ts", "dur", "grid", "block", "registers_per_thread",
+                  "shared_memory",
                   "warps_per_sm", "reported_warps_per_sm", "warps_per_block", "max_active_blocks_per_sm",
                   "limiting_factors", "theoretical_occupancy", "waves_per_sm", "resident_warps_per_sm",
                   "estimated_occupancy", "artifacts", "weight"):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from test_agent import ALEXNET, Agent, analyze_json, free_port
-from warpwatch.names import KernelNamer
+from warpwatch.labels import KernelNamer
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 

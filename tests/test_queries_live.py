@@ -41,6 +41,11 @@ def artifact_traces(folder: Path) -> None:
     inf = kernel("no_props", ts=10, dur=5, grid=(10, 1, 1), block=(128, 1, 1), sms=None)
     inf["args"].update({"blocks per SM": "inf", "warps per SM": "inf", "est. achieved occupancy %": 0})
     write(folder / "b_inf.json", trace_doc([span(0, 1000), inf], devices=[]))
+    # AMD, no runtime event naming the HIP call, grid a multiple of the block: grid_units_unknown.
+    amd = {**H100, "id": 1, "name": "AMD Instinct MI300X", "warpSize": 64, "numSms": 304}
+    write(folder / "b_amd.json", trace_doc([span(0, 1000), kernel("Cijk_gemm", ts=10, dur=5, grid=(4096, 1, 1),
+                                                                   block=(256, 1, 1), device=1, sms=None)],
+                                           devices=[amd]))
     (folder / "c_broken.json").write_bytes(b'{"traceEvents": [')  # a failed window, so faults exist
 
 

@@ -82,10 +82,16 @@ def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_co
     finally:
         agent.terminate()
         agent.communicate(timeout=30)
-    relu = 'kernel="at::native::vectorized_elementwise_kernel"'
+    # The ReLU's label: its elementwise kernel with the threshold op, hashed (lambdas were dropped).
+    relu = 'kernel="at::native::vectorized_elementwise_kernel<4, threshold_kernel_impl<float>, Array<char*, 3>>~'
     lines = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in out.splitlines()}
-    assert lines[f"warpwatch_kernel_reported_warps_per_sm_min{{gpu=\"0\",{relu}}}"] == -396
-    assert lines[f"warpwatch_kernel_warps_per_sm{{gpu=\"0\",{relu}}}"] == pytest.approx(99 * 4 / 68)
+
+    def relu_value(metric: str) -> float:
+        (value,) = [v for k, v in lines.items() if k.startswith(f'{metric}{{gpu="0",{relu}')]
+        return value
+
+    assert relu_value("warpwatch_kernel_reported_warps_per_sm_min") == -396
+    assert relu_value("warpwatch_kernel_warps_per_sm") == pytest.approx(99 * 4 / 68)
     assert lines['warpwatch_gpu_busy_ratio{gpu="0"}'] == pytest.approx(0.4055, abs=5e-5)
     assert agent.returncode == 0
 

@@ -33,6 +33,11 @@ INT32_LIMIT = 2**31
 """Kineto multiplies the grid in a signed 32-bit int: B >= 2^31 overflows."""
 
 OCCUPANCY_SENTINELS = frozenset({-99.0, -100.0})
+HIP_BLOCK_GRID_CALLS = frozenset({"hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
+                                  "hipLaunchCooperativeKernel"})
+"""HIP launch calls whose `grid` counts blocks (gridDim), spec "AMD traces"."""
+HIP_WORK_ITEM_GRID_CALLS = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
+"""HIP launch calls whose `grid` counts work-items (globalWorkSize): B = prod(ceil(grid_i / block_i))."""
 LOW_CONFIDENCE_MIN_SAMPLES = 20
 """A window busier than half its length with fewer captured launches than this is low-confidence."""
 
@@ -56,18 +61,38 @@ class _Config:
 _UNKNOWN = _Config(None, None, None, None, None, None, None, None, None)
 
 
+def blocks_of(
+    props: DeviceProperties | None,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    launch_api: str | None,
+) -> int | None:
+    """B, the launch's blocks: the grid's product on NVIDIA; on AMD by the unit of `grid` that the
+    launching HIP call gives (spec "AMD traces"), None where that unit is unknown."""
+    if props is None or props.vendor != "amd" or launch_api in HIP_BLOCK_GRID_CALLS:
+        return grid[0] * grid[1] * grid[2]
+    if any(b <= 0 for b in block):
+        return None
+    if launch_api in HIP_WORK_ITEM_GRID_CALLS:
+        return math.prod(-(-g // b) for g, b in zip(grid, block, strict=True))
+    if any(g % b for g, b in zip(grid, block, strict=True)):
+        return grid[0] * grid[1] * grid[2]  # not a multiple of the block: cannot be work-items
+    return None
+
+
 def _config_metrics(
     props: DeviceProperties | None,
     grid: tuple[int, int, int] | None,
     block: tuple[int, int, int] | None,
     regs: int | None,
     smem: int | None,
+    launch_api: str | None = None,
 ) -> _Config:
     if props is None or grid is None or block is None:
         return _UNKNOWN
-    blocks = grid[0] * grid[1] * grid[2]
+    blocks = blocks_of(props, grid, block, launch_api)
     threads = block[0] * block[1] * block[2]
-    if blocks <= 0 or threads <= 0:
+    if blocks is None or blocks <= 0 or threads <= 0:
         return _UNKNOWN
     w = props.warp_size
     sms = props.num_sms
@@ -139,6 +164,8 @@ def artifacts_of(launch: KernelLaunch, props: DeviceProperties | None, cfg: _Con
         found.append("unrounded_warps")
     if launch.grid is None or launch.block is None:
         found.append("missing_launch_config")
+    elif props is not None and blocks_of(props, launch.grid, launch.block, launch.launch_api) is None:
+        found.append("grid_units_unknown")
     return tuple(found)
 
 
@@ -189,12 +216,13 @@ def sampling_weight(launch: KernelLaunch, window: TraceWindow) -> float | None:
 
 
 def _config_key(launch: KernelLaunch) -> tuple[object, ...]:
-    return (launch.device, launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory)
+    return (launch.device, launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory,
+            launch.launch_api)
 
 
 _GROUP_KEY = attrgetter(
     "device", "name", "grid", "block", "registers_per_thread", "shared_memory",
-    "reported_warps_per_sm", "reported_blocks_per_sm", "reported_occupancy_pct",
+    "reported_warps_per_sm", "reported_blocks_per_sm", "reported_occupancy_pct", "launch_api",
 )
 """Launches equal on these fields have equal metrics and artefacts; only ts and dur differ."""
 
@@ -213,7 +241,7 @@ class _Configs:
         if cfg is None:
             cfg = self.configs[key] = _config_metrics(
                 self.devices.get(launch.device), launch.grid, launch.block,
-                launch.registers_per_thread, launch.shared_memory,
+                launch.registers_per_thread, launch.shared_memory, launch.launch_api,
             )
         return cfg
 

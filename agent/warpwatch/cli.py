@@ -17,9 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"warpwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from . import dashboards, report, service
+    from . import analyze_command, dashboards, fix_command, service
 
-    report.register(sub)
+    analyze_command.register(sub)
+    fix_command.register(sub)
     service.register(sub)
     dashboards.register(sub)
     return parser

@@ -46,8 +46,8 @@ from prometheus_client.core import (
 from . import __version__
 from . import metricdefs as md
 from .capture import Outcome
+from .labels import KernelNamer, label_text, name_text
 from .model import DeviceProperties, DeviceStats, KernelStats, WindowAnalysis
-from .names import KernelNamer, label_text
 
 OTHER = "other"
 OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "failed", "timed_out")
@@ -113,6 +113,8 @@ class GpuInfo:
     name: str
     compute_capability: str
     sms: str
+    vendor: str = ""
+    uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,8 @@ class Snapshot:
     kernels: tuple[KernelSample, ...] = ()
     gpus: tuple[GpuSample, ...] = ()
     gpu_info: tuple[GpuInfo, ...] = ()
+    kernel_info: tuple[tuple[str, str, str], ...] = ()
+    """(gpu, kernel label, full name) of the exported kernels."""
     nvml_up: bool = False
     nvml: tuple[NvmlSample, ...] = ()
     launches_observed: tuple[tuple[str, str, float], ...] = ()
@@ -252,7 +256,11 @@ class SnapshotCollector:
             yield fam
         fam = _simple(md.GPU_INFO)
         for info in s.gpu_info:
-            fam.add_metric([info.gpu, info.name, info.compute_capability, info.sms], 1.0)
+            fam.add_metric([info.gpu, info.name, info.compute_capability, info.sms, info.vendor, info.uuid], 1.0)
+        yield fam
+        fam = _simple(md.KERNEL_INFO)
+        for gpu, kernel, name in s.kernel_info:
+            fam.add_metric([gpu, kernel, name], 1.0)
         yield fam
         fam = _simple(md.WINDOWS)
         for outcome, count in s.windows:
@@ -487,7 +495,8 @@ class _LruCounter:
 
 
 def _info_of(gpu: str, props: DeviceProperties) -> GpuInfo:
-    return GpuInfo(gpu, label_text(props.name), label_text(props.compute_capability), str(props.num_sms))
+    return GpuInfo(gpu, label_text(props.name), label_text(props.compute_capability), str(props.num_sms),
+                   props.vendor, label_text(props.uuid or ""))
 
 
 class SnapshotBuilder:
@@ -516,6 +525,7 @@ class SnapshotBuilder:
         self._gpu_kernels: dict[int, tuple[KernelSample, ...]] = {}
         self._gpu_samples: dict[int, GpuSample] = {}
         self._trace_info: dict[int, GpuInfo] = {}
+        self._kernel_names: dict[int, tuple[tuple[str, str, str], ...]] = {}
         self._launches = _LruCounter(max_counter_series)
         self._artifacts = _LruCounter(max_counter_series)
         self._folded: dict[str, float] = {}
@@ -552,6 +562,7 @@ class SnapshotBuilder:
         top, other, folded = fold_top_k(merged.kernels, self.top_kernels)
         rows: list[KernelSample] = []
         entries = [(self.namer(k.name), k) for k in top]
+        self._kernel_names[gpu] = tuple((label, str(gpu), name_text(k.name)) for label, k in entries)
         if other is not None:
             entries.append((OTHER, other))
         for name, k in entries:
@@ -583,7 +594,8 @@ class SnapshotBuilder:
         self._nvml = tuple(samples)
         if info:
             self._nvml_info = {
-                k: replace(i, name=label_text(i.name), compute_capability=label_text(i.compute_capability))
+                k: replace(i, name=label_text(i.name), compute_capability=label_text(i.compute_capability),
+                           uuid=label_text(i.uuid))
                 for k, i in info.items()
             }
 
@@ -597,6 +609,8 @@ class SnapshotBuilder:
             kernels=tuple(row for gpu in sorted(self._gpu_kernels) for row in self._gpu_kernels[gpu]),
             gpus=tuple(self._gpu_samples[g] for g in sorted(self._gpu_samples)),
             gpu_info=tuple(info[g] for g in sorted(info, key=_gpu_sort_key)),
+            kernel_info=tuple((gpu, label, name) for g in sorted(self._kernel_names)
+                              for label, gpu, name in self._kernel_names[g]),
             nvml_up=self._nvml_up,
             nvml=self._nvml,
             launches_observed=tuple((k[0], k[1], v) for k, v in self._launches.items()),

@@ -79,8 +79,14 @@ GPU_BUSY = MetricDef(
     "Share of the last window with at least one kernel running (sampling-corrected), 0..1.", GPU)
 GPU_INFO = MetricDef(
     "warpwatch_gpu_info", "gauge",
-    "Device seen in the last window's trace or by NVML; value 1.",
-    ("gpu", "name", "compute_capability", "sms"))
+    "Device seen in the last window's trace or by NVML; value 1. `vendor` is nvidia or amd; `uuid` the "
+    "GPU's UUID where the trace or NVML gives one (joins with dcgm-exporter's `UUID`: their `gpu` differs).",
+    ("gpu", "name", "compute_capability", "sms", "vendor", "uuid"))
+KERNEL_INFO = MetricDef(
+    "warpwatch_kernel_info", "gauge",
+    "The full name behind each exported `kernel` label of the last window (value 1): "
+    "from a label to its kernel in one step.",
+    ("gpu", "kernel", "name"))
 WINDOWS = MetricDef(
     "warpwatch_windows", "counter",
     "Capture windows by outcome (ok, empty, failed, timed_out).", ("outcome",))
@@ -116,7 +122,7 @@ ALL: tuple[MetricDef, ...] = (
     KERNEL_WARPS_PER_SM, KERNEL_RESIDENT_WARPS_PER_SM, KERNEL_THEORETICAL_OCCUPANCY,
     KERNEL_ESTIMATED_OCCUPANCY, KERNEL_WAVES_PER_SM, KERNEL_TIME_SHARE, KERNEL_LAUNCH_RATE,
     KERNEL_REPORTED_WARPS_MIN, KERNEL_LAUNCHES_OBSERVED, PROFILER_ARTIFACTS,
-    GPU_RESIDENT_WARPS_PER_SM, GPU_ESTIMATED_OCCUPANCY, GPU_BUSY, GPU_INFO,
+    GPU_RESIDENT_WARPS_PER_SM, GPU_ESTIMATED_OCCUPANCY, GPU_BUSY, GPU_INFO, KERNEL_INFO,
     WINDOWS, ERRORS, WINDOW_PROCESSING, LAST_WINDOW_TIMESTAMP, CAPTURE_DUTY, KERNELS_FOLDED,
     NVML_SM_OCCUPANCY, NVML_GPU_UTILIZATION, NVML_UP, BUILD_INFO,
 )

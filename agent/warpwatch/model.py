@@ -20,6 +20,7 @@ ARTIFACT_KINDS: tuple[str, ...] = (
     "occupancy_smem_optin",
     "unrounded_warps",
     "missing_launch_config",
+    "grid_units_unknown",
 )
 """Every way the profiler's reported values can be wrong for one launch (spec: `artifacts`)."""
 
@@ -58,6 +59,12 @@ ARTIFACT_EXPLANATIONS: dict[str, str] = {
         "The kernel event has no grid/block (CUDA graph replays, ROCm): warps per SM and occupancy are unknown "
         "for it, not zero."
     ),
+    "grid_units_unknown": (
+        "An AMD kernel whose grid may count work-items or blocks: ROCm's profiler writes globalWorkSize "
+        "(hipExtModuleLaunchKernel, hipHccModuleLaunchKernel: Tensile, MIOpen) in the same field as gridDim "
+        "(hipLaunchKernel and the others), and no runtime event with the same correlation id says which call "
+        "launched it. Its warps per SM are unknown, not guessed."
+    ),
 }
 """One plain sentence or three per artefact kind, for reports and dashboards."""
 
@@ -86,6 +93,10 @@ class DeviceProperties:
     shared_mem_per_sm: int | None = None
     shared_mem_per_block_optin: int | None = None
     vendor: Literal["nvidia", "amd"] = "nvidia"
+    arch: str | None = None
+    """AMD gfx target (`gcnArchName`, e.g. `gfx942:sramecc+:xnack-`) where the trace gives it."""
+    uuid: str | None = None
+    """The GPU's UUID where the trace gives it (`uuid`); joins with dcgm-exporter's `UUID` label."""
 
     @property
     def compute_capability(self) -> str:
@@ -121,8 +132,8 @@ class KernelLaunch(msgspec.Struct, frozen=True, gc=False):
     reported_blocks_per_sm: float | str | None
     reported_occupancy_pct: float | str | None
     launch_api: str | None = None
-    """Name of the runtime event with the same `correlation` id, kept only when it starts with
-    `hip` (AMD grid units, spec "AMD traces"); None otherwise."""
+    """The runtime call that launched the kernel (the runtime event with the same `correlation`),
+    kept only when it starts with `hip`: on AMD it says the unit of `grid` (spec "AMD traces")."""
 
 
 @dataclass(frozen=True, slots=True)

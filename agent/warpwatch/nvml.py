@@ -41,6 +41,8 @@ class NvmlGpu:
     name: str
     compute_capability: str
     sms: int | None
+    uuid: str | None = None
+    """`GPU-…`, as dcgm-exporter's `UUID` label spells it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +133,16 @@ class Nvml:
 
     def _info(self, index: int, handle: Any) -> NvmlGpu:
         nv = self._nvml
-        name, cc, sms = "unknown", "", None
+        name, cc, sms, uuid = "unknown", "", None, None
         try:
             name = _text(nv.nvmlDeviceGetName(handle))
         except nv.NVMLError as exc:
             self._error(f"name {index}", exc)
+        try:
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        except (nv.NVMLError, AttributeError) as exc:
+            if not isinstance(exc, AttributeError):
+                self._error(f"uuid {index}", exc)
         major = minor = None
         try:
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
@@ -149,7 +156,7 @@ class Nvml:
                 sms = cores // per_sm
         except (nv.NVMLError, AttributeError):
             sms = None  # not offered by this driver; the trace's deviceProperties still has it
-        return NvmlGpu(index, name, cc, sms)
+        return NvmlGpu(index, name, cc, sms, uuid)
 
     def _gpm_supported(self, handle: Any) -> bool:
         nv = self._nvml

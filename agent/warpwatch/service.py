@@ -424,7 +424,8 @@ class Service:
 
     def _publish_nvml(self, reading: NvmlReading) -> None:
         info = {
-            str(g.index): GpuInfo(str(g.index), g.name, g.compute_capability, "" if g.sms is None else str(g.sms))
+            str(g.index): GpuInfo(str(g.index), g.name, g.compute_capability, "" if g.sms is None else str(g.sms),
+                                  "nvidia", g.uuid or "")
             for g in self.nvml.gpus
         }
         samples = [NvmlSample(str(r.index), r.sm_occupancy, r.utilization) for r in reading.gpus]

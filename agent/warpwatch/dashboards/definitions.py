@@ -152,6 +152,9 @@ ARTIFACT_EXPLANATIONS: dict[str, str] = {
     "warps (48 threads = 1.5 warps) although the block occupies whole warps.",
     "missing_launch_config": "No grid/block in the event (CUDA graph replays, ROCm libraries): "
     "warps and occupancy are unknown, never zero.",
+    "grid_units_unknown": "An AMD kernel whose `grid` may count work-items (hipExtModuleLaunchKernel: "
+    "Tensile, MIOpen) or blocks, with no runtime event naming the launching HIP call: warps per SM "
+    "are unknown, not guessed.",
 }
 
 FAILING_OUTCOMES: tuple[str, ...] = ("failed", "timed_out")
@@ -679,9 +682,11 @@ def _overview(s: Settings) -> DashboardDef:
             ),
             PanelDef(
                 "table", "GPUs",
-                "Devices seen in the traces or by NVML: name, compute capability and SM count.",
+                "Devices seen in the traces or by NVML: name, compute capability, SM count, vendor and UUID "
+                "(the key to join dcgm-exporter's series: its `gpu` label is another numbering).",
                 "none", (Query(g(md.GPU_INFO), instant=True, table=True),),
-                height=10, keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms"),
+                height=10,
+                keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms", "vendor", "uuid"),
             ),
         ),
     )
@@ -731,6 +736,13 @@ def _kernels(s: Settings) -> DashboardDef:
                 ),
                 keep_labels=("namespace", "pod", "gpu", "kernel"),
                 sort_by="Time share",
+            ),
+            PanelDef(
+                "table", "Kernel names",
+                "The full name behind each `kernel` label over the selected range (warpwatch_kernel_info): "
+                "labels are short and stable; a label ending in ~hash was shortened from this name.",
+                "none", (Query(f"max_over_time({k(md.KERNEL_INFO)}[$__range])", instant=True, table=True),),
+                width=24, height=8, keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
             ),
             PanelDef(
                 "timeseries", "Estimated vs theoretical occupancy",

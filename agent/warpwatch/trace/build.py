@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
 from ..errors import TraceError
 from ..membudget import DEFAULT_MAX_BYTES, MemoryBudget, ReadLimits
-from ..model import DeviceProperties, Trace, TraceWindow
+from ..model import DeviceProperties, KernelLaunch, Trace, TraceWindow
 from . import parallel
 from .devices import device_properties
 from .pieces import BytesStream, Document, FileStream, read_document
-from .schema import is_int
+from .schema import dims, is_int
 
 
 def read_trace(
@@ -103,11 +104,7 @@ def build(doc: Document, path: str, gpu_properties: Mapping[int, DevicePropertie
     base = header.baseTimeNanoseconds
     launches = doc.launches
     if doc.hip_calls:
-        calls = doc.hip_calls
-        launches = [
-            msgspec.structs.replace(launch, launch_api=calls[c]) if c in calls else launch
-            for launch, c in zip(launches, doc.correlations, strict=True)
-        ]
+        launches = _with_launch_api(launches, doc.correlations, doc.hip_calls)
     return Trace(
         path=path,
         devices=devices,
@@ -120,6 +117,29 @@ def build(doc: Document, path: str, gpu_properties: Mapping[int, DevicePropertie
         base_time_ns=base if is_int(base) else None,
         warnings=tuple(warnings),
     )
+
+
+def _with_launch_api(
+    launches: list[KernelLaunch], correlations: list[int], calls: Mapping[int, tuple[str, Any, Any]]
+) -> list[KernelLaunch]:
+    """Each launch with the HIP call that made it (`launch_api`, by `correlation`), and the call's
+    grid and block where the kernel event has none (ROCm 6 writes them on the call only)."""
+    out = []
+    dims_of: dict[int, tuple[tuple[int, int, int] | None, tuple[int, int, int] | None]] = {}
+    for launch, c in zip(launches, correlations, strict=True):
+        call = calls.get(c)
+        if call is not None:
+            name, grid, block = call
+            if c not in dims_of:  # (lists again after a trip between processes)
+                dims_of[c] = (dims(list(grid)) if grid else None, dims(list(block)) if block else None)
+            g, b = dims_of[c]
+            launch = msgspec.structs.replace(
+                launch, launch_api=name,
+                grid=launch.grid if launch.grid is not None else g,
+                block=launch.block if launch.block is not None else b,
+            )
+        out.append(launch)
+    return out
 
 
 def _distributed(info: object) -> tuple[int | None, int | None]:

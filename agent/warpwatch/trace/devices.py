@@ -53,8 +53,13 @@ def device_properties_from_json(entry: object) -> DeviceProperties:
     name = entry.get("name")
     name = name[:128] if isinstance(name, str) else f"device {dev_id}"
     amd = values["warp_size"] == 64 or "AMD" in name or "Radeon" in name or "Instinct" in name
+    arch, uuid = entry.get("gcnArchName"), entry.get("uuid")
     assert isinstance(dev_id, int)
-    return DeviceProperties(id=dev_id, name=name, vendor="amd" if amd else "nvidia", **values)
+    return DeviceProperties(
+        id=dev_id, name=name, vendor="amd" if amd else "nvidia", **values,
+        arch=arch[:64] if isinstance(arch, str) and arch else None,
+        uuid=uuid[:64] if isinstance(uuid, str) and uuid else None,
+    )
 
 
 def device_properties(raw: object, warnings: list[str]) -> dict[int, DeviceProperties]:

@@ -26,7 +26,7 @@ import msgspec
 from ..errors import TraceError
 from ..gcpause import gc_paused
 from ..membudget import ReadLimits, may_fork
-from .pieces import Collector, Document, over_budget
+from .pieces import Collector, Document, has_amd_device, over_budget
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
 
 PARALLEL_MIN_BYTES = 32 * 1024**2
@@ -114,7 +114,9 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
         try:
             head, head_events = _decode_edge(source, head_lo, head_hi, at_start=True)
             tail, tail_events = _decode_edge(source, tail_lo, tail_hi, at_start=False)
-            hip = HIP_MARK in bytes(source.window(head_lo, min(source.size, head_hi + limits.piece_bytes)))
+            # An AMD trace's hip* calls may all come after more CPU events than the head holds.
+            hip = (not isinstance(head, list) and has_amd_device(head.deviceProperties)) or HIP_MARK in bytes(
+                source.window(head_lo, min(source.size, head_hi + limits.piece_bytes)))
             first = scan(head_events, False, interned, hip=hip)
             last = scan(tail_events, False, interned, hip=hip)
             scanned = _scan_parallel(source, path, middle, workers, limits, len(first.launches), interned, hip)

@@ -166,7 +166,8 @@ class Document:
     span: tuple[float, float] | None = None
     gpu_lo: float = math.inf
     gpu_hi: float = -math.inf
-    hip_calls: dict[int, str] = field(default_factory=dict)
+    hip_calls: dict[int, tuple[str, Any, Any]] = field(default_factory=dict)
+    """correlation -> (name, grid, block) of the hip* runtime events."""
     correlations: list[int] = field(default_factory=list)
     events: int = 0
     span_seen: bool = False
@@ -195,7 +196,7 @@ class Collector:
         doc.has_events = doc.has_events or s.events > 0
         doc.launches += s.launches
         if s.hip_calls:
-            doc.hip_calls.update(s.hip_calls)
+            doc.hip_calls.update((c, (name, grid, block)) for c, name, grid, block in s.hip_calls)
         doc.correlations += s.correlations
         doc.gpu_lo = min(doc.gpu_lo, s.gpu_lo)
         doc.gpu_hi = max(doc.gpu_hi, s.gpu_hi)
@@ -306,7 +307,7 @@ class _Reader:
             top = self.decode(bytes(buf[: key.end()]) + b"]}", DOC, 0, head=True)
             if not isinstance(top, list):
                 self.collector.header(top)
-                self.hip = _has_amd_device(top.deviceProperties) or None
+                self.hip = has_amd_device(top.deviceProperties) or None
             self.drop(key.end())
         else:
             raise TraceError(self.path, not_json(bytes(buf[start : start + 16])))
@@ -432,7 +433,8 @@ def _is_fast(events: list[Any]) -> bool:
     return not events or type(events[0]) is not Event
 
 
-def _has_amd_device(props: object) -> bool:
+def has_amd_device(props: object) -> bool:
+    """An AMD device in `deviceProperties`: its trace's runtime events say the grid's unit."""
     entries = props if isinstance(props, list) else [props]
     return any(isinstance(e, dict) and (e.get("warpSize") == 64 or "AMD" in str(e.get("name"))) for e in entries)
 

@@ -9,8 +9,9 @@ reject a piece of the document.
   every other phase (flows, instants, metadata...) is validated and skipped. `name` and
   `args` stay raw JSON until an event turns out to be a kernel (so only kernels' args must
   be objects: the args of other events are never read).
-- A runtime event whose name starts with `hip` is kept as (correlation, name): the kernel with
-  the same correlation id gets it as `launch_api` (AMD grid units).
+- A runtime event whose name starts with `hip` is kept as (correlation, name, grid, block): the
+  kernel with the same correlation id gets it as `launch_api` (AMD grid units), and its grid and
+  block where the kernel event has none (ROCm 6 writes them on the call only).
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ class Scanned(msgspec.Struct, array_like=True, gc=False):
     launches: list[KernelLaunch]
     correlations: list[int]
     """The correlation id of each launch (-1 when it has none), for `launch_api`."""
-    hip_calls: list[tuple[int, str]]
-    """(correlation, name) of each runtime event named hip*."""
+    hip_calls: list[HipCall]
+    """(correlation, name, grid, block) of each runtime event named hip*."""
     span: tuple[float, float] | None
     """Start and end of the piece's first Trace event with a positive duration."""
     gpu_lo: float
@@ -157,6 +158,9 @@ _ONE_ARGS: msgspec.json.Decoder[Args | None] = msgspec.json.Decoder(Args | None)
 _EMPTY_ARGS = KernelArgs()
 _EMPTY_PERMISSIVE_ARGS = Args()
 _INTERESTING = GPU_CATEGORIES | {"Trace"}
+HipCall = tuple[int, str, Any, Any]
+"""(correlation, name, grid, block) of a hip* runtime event; grid and block as written (None when not
+three non-negative integers; lists after a trip between processes)."""
 
 
 class BadEvent(Exception):
@@ -238,7 +242,7 @@ def _scan(events: list[Any], fast: bool, interned: Interned, hip: bool) -> Scann
             kernels.append((ev, ts, dur))
     if fast:
         launches, correlations = _typed_launches(kernels, interned)
-        hip_calls = [(ev.args.correlation, ev.name[:64]) for ev in calls
+        hip_calls = [(ev.args.correlation, ev.name[:64], ev.args.grid, ev.args.block) for ev in calls
                      if ev.name is not None and ev.name[:3] == "hip" and ev.args is not None
                      and ev.args.correlation is not None]
     else:
@@ -294,7 +298,7 @@ def _typed_launches(
     return out, correlations
 
 
-def _hip_calls(calls: Iterable[Any]) -> list[tuple[int, str]]:
+def _hip_calls(calls: Iterable[Any]) -> list[HipCall]:
     out = []
     for ev in calls:
         try:
@@ -303,7 +307,7 @@ def _hip_calls(calls: Iterable[Any]) -> list[tuple[int, str]]:
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue  # not a kernel: a runtime event's odd args fail nothing
         if isinstance(name, str) and args is not None and is_int(args.correlation):
-            out.append((args.correlation, name[:64]))
+            out.append((args.correlation, name[:64], dims(args.grid), dims(args.block)))
     return out
 
 

@@ -1,37 +1,33 @@
-"""Report: `warpwatch analyze TRACE...` -- explain traces as tables, JSON or per-launch JSON lines."""
+"""The `warpwatch analyze TRACE...` command: explain traces as tables, JSON or per-launch JSON lines."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict
 from typing import IO, Any
 
 import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
 from .analysis import analyze, launch_metrics, window_of
 from .errors import TraceError
-from .model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS, DeviceProperties, LaunchMetrics, Trace, WindowAnalysis
-from .names import printable
+from .escape import printable
+from .labels import KernelNamer
+from .model import (
+    ARTIFACT_KINDS,
+    DeviceProperties,
+    KernelStats,
+    LaunchMetrics,
+    Trace,
+    WindowAnalysis,
+)
+from .table import AMD, NVIDIA, render_table
 from .trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
-_ARTIFACT_SHORT = {
-    "negative_warps_per_sm": "neg",
-    "non_finite": "inf/nan",
-    "grid_overflow": "overflow",
-    "sm_count_invalid": "bad SMs",
-    "occupancy_sentinel": "sentinel",
-    "occupancy_smem_optin": "smem 0%",
-    "unrounded_warps": "unrounded",
-    "missing_launch_config": "no grid",
-}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +42,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--launches", action="store_true", help="one record per kernel event (use with --format jsonl)"
     )
-    p.add_argument("--gpu-properties", metavar="FILE", help="device properties for traces that carry none")
+    p.add_argument(
+        "--gpu-properties", metavar="FILE",
+        help="device properties for traces that carry none: JSON in the trace's own `deviceProperties` form, "
+        "one object, a list of them, or an object keyed by device id (see README, 'warpwatch analyze')",
+    )
     p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
     p.add_argument(
         "--max-trace-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="BYTES",
@@ -63,10 +63,13 @@ def run_analyze(args: argparse.Namespace) -> int:
     out = sys.stdout
     failed = 0
     results: list[dict[str, Any]] = []
-    console = Console(file=out, highlight=False, soft_wrap=False, width=None if out.isatty() else 200)
+    console = Console(file=out, highlight=False, soft_wrap=False, width=table_width(out.isatty()))
+    namer = KernelNamer()
     for path in args.traces:
         try:
             trace = _read(path, args.max_trace_bytes, gpu_props)
+            if gpu_props is not None:
+                _check_gpu_properties(args.gpu_properties, gpu_props, trace)
             if args.launches:
                 _write_launches(trace, out)
                 continue
@@ -76,7 +79,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             failed += 1
             continue
         if args.format == "table":
-            render_table(console, trace, analysis, top=args.top)
+            render_table(console, trace, analysis, top=args.top, namer=namer)
         else:
             results.append(analysis_to_dict(analysis, trace))
     if args.format == "json" and not args.launches:
@@ -86,6 +89,30 @@ def run_analyze(args: argparse.Namespace) -> int:
             out.write(msgspec.json.encode(r).decode() + "\n")
     out.flush()
     return 1 if failed else 0
+
+
+def table_width(tty: bool) -> int | None:
+    """`COLUMNS` when set (also when piped), else the terminal's width, else 200."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if tty else 200
+
+
+def _check_gpu_properties(path: str, props: dict[int, DeviceProperties], trace: Trace) -> None:
+    """Say so when no device id of `--gpu-properties` is a device the trace's kernels ran on."""
+    used = sorted({launch.device for launch in trace.launches})
+    if not used or set(used) & set(props):
+        return
+    missing = [d for d in used if d not in trace.devices]
+    print(
+        f"warpwatch analyze: warning: --gpu-properties {printable(path)}: its device ids "
+        f"({', '.join(map(str, sorted(props)))}) match no device of {printable(trace.path)}, whose kernels ran on "
+        f"device{'s' if len(used) > 1 else ''} {', '.join(map(str, used))}; "
+        + (f"occupancy stays unknown for {', '.join(map(str, missing))}. " if missing else "")
+        + "Give each entry the `id` of the device it describes.",
+        file=sys.stderr,
+    )
 
 
 def _read(path: str, max_bytes: int, gpu_props: dict[int, DeviceProperties] | None) -> Trace:
@@ -113,16 +140,18 @@ def _size(path: str) -> int:
         return 0
 
 
-def launch_record(lm: LaunchMetrics) -> dict[str, Any]:
-    """One kernel event as a JSON-ready dict (unknown = None)."""
+def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:
+    """One kernel event as a JSON-ready dict (unknown = None); `label` is its `kernel` label."""
     launch = lm.launch
     return {
         "name": launch.name,
+        "label": (namer or KernelNamer())(launch.name),
         "device": launch.device,
         "ts": launch.ts,
         "dur": launch.dur,
         "grid": list(launch.grid) if launch.grid else None,
         "block": list(launch.block) if launch.block else None,
+        "launch_api": launch.launch_api,
         "registers_per_thread": launch.registers_per_thread,
         "shared_memory": launch.shared_memory,
         "warps_per_sm": lm.warps_per_sm,
@@ -142,8 +171,9 @@ def launch_record(lm: LaunchMetrics) -> dict[str, Any]:
 def _write_launches(trace: Trace, out: IO[str]) -> None:
     enc = msgspec.json.Encoder()
     buf = bytearray()
+    namer = KernelNamer()
     for lm in launch_metrics(trace, window_of(trace)):
-        enc.encode_into(launch_record(lm), buf, len(buf))
+        enc.encode_into(launch_record(lm, namer), buf, len(buf))
         buf.extend(b"\n")
         if len(buf) > 1 << 20:
             out.write(buf.decode())
@@ -154,6 +184,7 @@ def _write_launches(trace: Trace, out: IO[str]) -> None:
 def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> dict[str, Any]:
     """The JSON summary of one window (the shape of `warpwatch analyze --format json`)."""
     window = analysis.window
+    namer = KernelNamer()
     return {
         "path": analysis.path,
         "rank": analysis.rank,
@@ -169,8 +200,13 @@ def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> di
         "devices": [
             {
                 "device": d.device,
-                "name": d.properties.name if d.properties else None,
+                "name": (d.properties.name or None) if d.properties else None,
+                "vendor": d.properties.vendor if d.properties else None,
+                "uuid": d.properties.uuid if d.properties else None,
+                "arch": d.properties.arch if d.properties else None,
                 "compute_capability": d.properties.compute_capability if d.properties else None,
+                "compute_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).unit if d.properties else None,
+                "warp_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).warp if d.properties else None,
                 "sms": d.properties.num_sms if d.properties else None,
                 "max_warps_per_sm": d.properties.max_warps_per_sm if d.properties else None,
                 "resident_warps_per_sm": d.resident_warps_per_sm,
@@ -181,116 +217,12 @@ def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> di
             }
             for d in analysis.devices
         ],
-        "kernels": [asdict(k) for k in analysis.kernels],
+        "kernels": [_kernel_dict(k, namer) for k in analysis.kernels],
         "warnings": list(trace.warnings) if trace else [],
     }
 
 
-def _fmt(v: float | None, spec: str = ".2f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def _fmt_reported(v: float | None) -> Text:
-    if v is None:
-        return Text("-")
-    text = Text(format(v, ".4g"))
-    if v < 0:
-        text.stylize("bold red")
-    return text
-
-
-def _short(name: str, width: int = 60) -> Text:
-    """A kernel name for a table cell: escaped (`names.printable`), cut, never read as markup."""
-    name = printable(name[: width * 8])
-    return Text(name if len(name) <= width else name[: width - 1] + "…")
-
-
-def render_table(console: Console, trace: Trace, analysis: WindowAnalysis, *, top: int = 25) -> None:
-    """Header, one row per (device, kernel) by GPU time, then one explanation per artefact kind found."""
-    w = analysis.window
-    console.print(Text(f"Trace: {printable(analysis.path)}", style="bold"))
-    for d in analysis.devices:
-        p = d.properties
-        desc = (
-            f"{p.name}, compute {p.compute_capability}, {p.num_sms} SMs, max {p.max_warps_per_sm} warps/SM"
-            if p else "no device properties in the trace (use --gpu-properties): occupancy unknown"
-        )
-        extra = ""
-        if d.estimated_occupancy is not None:
-            extra = f"; estimated occupancy {d.estimated_occupancy:.1%}"
-        busy = f", busy {d.busy_ratio:.1%}" if d.busy_ratio is not None else ""
-        conf = " (low confidence: few launches)" if d.low_confidence else ""
-        console.print(Text(printable(f"  GPU {d.device}: {desc}{busy}{extra}{conf}")))
-    bounds = {
-        "trace_span": "from the trace's profiler span",
-        "requested": "as requested by the agent",
-        "estimated": "estimated from the first and last GPU events",
-        "none": "unknown",
-    }[w.bounds]
-    rank = f", rank {analysis.rank}" if analysis.rank is not None else ""
-    console.print(
-        f"  Window: {w.duration / 1000:.3f} ms ({bounds}){rank}; {analysis.launch_count} kernel launches"
-    )
-    if not analysis.kernels:
-        console.print("  No kernel events in this trace (a CPU-only capture, or GPU activities were not recorded).")
-        console.print()
-        return
-    table = Table(show_lines=False, pad_edge=False, header_style="bold")
-    for col, justify in (
-        ("Kernel", "left"), ("GPU", "right"), ("Launches", "right"), ("Time %", "right"),
-        ("Warps/SM", "right"), ("Reported min", "right"), ("Resident", "right"), ("Theor. occ", "right"),
-        ("Est. occ", "right"), ("Limiter", "left"), ("Waves", "right"), ("Artefacts", "left"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    shown = analysis.kernels if top <= 0 else analysis.kernels[:top]
-    for k in shown:
-        arts = ", ".join(f"{_ARTIFACT_SHORT[a]} {n}" for a, n in k.artifacts.items())
-        table.add_row(
-            _short(k.name),
-            str(k.device),
-            str(k.samples),
-            _fmt(k.time_share * 100 if k.time_share is not None else None, ".1f"),
-            _fmt(k.warps_per_sm),
-            _fmt_reported(k.reported_warps_per_sm_min),
-            _fmt(k.resident_warps_per_sm),
-            _fmt(k.theoretical_occupancy * 100 if k.theoretical_occupancy is not None else None, ".0f") + "%"
-            if k.theoretical_occupancy is not None else "-",
-            _fmt(k.estimated_occupancy * 100 if k.estimated_occupancy is not None else None, ".0f") + "%"
-            if k.estimated_occupancy is not None else "-",
-            k.main_limiter or "-",
-            _fmt(k.waves_per_sm),
-            arts,
-        )
-    console.print(table)
-    if len(shown) < len(analysis.kernels):
-        console.print(f"  … {len(analysis.kernels) - len(shown)} more kernels (--top 0 shows all)")
-    console.print(
-        "  Warps/SM: launched warps per SM, corrected; Reported: the profiler's own value (minimum); "
-        "Resident: warps actually on an SM at once (waves and tail accounted). Launches are raw counts; "
-        "time shares and means are corrected for the capture window (long kernels are under-sampled)."
-    )
-    for line in explanations(analysis, trace):
-        console.print(Text("  • " + printable(line)))
-    console.print()
-
-
-def explanations(analysis: WindowAnalysis, trace: Trace | None = None) -> Iterator[str]:
-    """One plain sentence per artefact kind found, plus the launched-vs-resident note when it applies."""
-    for kind in ARTIFACT_KINDS:
-        n = analysis.artifacts.get(kind)
-        if n:
-            yield f"{kind} ({n} launches): {ARTIFACT_EXPLANATIONS[kind]}"
-    over = [
-        k for k in analysis.kernels
-        if k.reported_warps_per_sm_min is not None
-        and (props := next((d.properties for d in analysis.devices if d.device == k.device), None)) is not None
-        and k.reported_warps_per_sm_min > props.max_warps_per_sm
-    ]
-    if over:
-        yield (
-            f"{len(over)} kernels report more warps per SM than an SM can hold: the profiler's 'warps per SM' "
-            "counts every warp of every wave (launched, not resident). See the Resident column for what an SM "
-            "actually holds."
-        )
-    if trace is not None:
-        yield from trace.warnings
+def _kernel_dict(k: KernelStats, namer: KernelNamer) -> dict[str, Any]:
+    """A kernel summary: its full `name`, then its `label` (the `kernel` label of its metrics)."""
+    d = asdict(k)
+    return {"device": d.pop("device"), "name": d.pop("name"), "label": namer(k.name), **d}
