@@ -191,9 +191,10 @@ def ok_windows(samples: Samples) -> float:
 
 def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: int = 50) -> None:
     """Every exported gauge equals the analysis JSON's number (exactly: both are repr'd floats);
-    kernels beyond the top `top_kernels` of their GPU are summed into kernel="other"."""
+    kernels beyond the top `top_kernels` of their GPU are summed into kernel="other". Counters hold
+    every window but the first, which only created them at 0 (export module doc)."""
     namer = KernelNamer()
-    windows = ok_windows(samples)
+    windows = ok_windows(samples) - 1
     assert doc["kernels"], "the trace has kernels"
     for gpu in sorted({k["device"] for k in doc["kernels"]}):
         kernels = [k for k in doc["kernels"] if k["device"] == gpu]  # by GPU time, as the exporter names them
@@ -202,12 +203,14 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
             for m, field in KERNEL_FIELDS.items():
                 assert sample(samples, m.name, **labels) == k[field], (m.name, labels)
             assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **labels) == k["samples"] * windows
+            assert sample(samples, md.exposed_name(md.KERNEL_SECONDS), **labels) == pytest.approx(
+                k["gpu_time"] / 1e6 * windows, rel=1e-9)
             for artifact, n in k["artifacts"].items():
                 got = sample(samples, md.exposed_name(md.PROFILER_ARTIFACTS), **labels, artifact=artifact)
-                assert got == n * windows
+                assert (got or 0.0) == n * windows
         rest = kernels[top_kernels:]
         folded = sample(samples, md.exposed_name(md.KERNELS_FOLDED), gpu=gpu)
-        assert folded == len(rest) * windows
+        assert folded == len(rest) * (windows + 1)  # a gauge-side count: every round
         if rest:
             other = {"gpu": str(gpu), "kernel": "other"}
             assert sample(samples, md.KERNEL_TIME_SHARE.name, **other) == pytest.approx(
@@ -221,6 +224,8 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
             assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **other) == sum(
                 k["samples"] for k in rest) * windows
     for d in doc["devices"]:
+        assert sample(samples, md.exposed_name(md.GPU_OBSERVED_SECONDS), gpu=d["device"]) == pytest.approx(
+            doc["window"]["duration_us"] / 1e6 * windows, rel=1e-9)
         for m, field in DEVICE_FIELDS.items():
             assert sample(samples, m.name, gpu=d["device"]) == d[field], m.name
         if d["name"] is not None:

@@ -160,15 +160,17 @@ def test_short_and_long_kernel_in_a_1000_us_window_are_weighted_horvitz_thompson
     assert by_name["long"].time_share == pytest.approx(900 * h_long / 1000)
     assert by_name["short"].launch_rate == pytest.approx(h_short / 1e-3)
     assert [k.name for k in result.kernels] == ["long", "short"]
-    # device resident warps: sum of h*d*resident / W, capped at M = 64
+    # device resident warps: sum of h*d*resident / W, not capped (a cap biases every average)
     resident_short = 132 * 4 / 132
     resident_long = 264 * 4 / 132
     expected = (h_short * 10 * resident_short + h_long * 900 * resident_long) / 1000
     (dev,) = result.devices
-    assert dev.resident_warps_per_sm == pytest.approx(min(64, expected))
-    assert dev.estimated_occupancy == pytest.approx(min(64, expected) / 64)
-    # busy: union 910 us plus the corrected missing time (h-1)*d of each launch, capped at 1
-    assert dev.busy_ratio == pytest.approx(min(1.0, (910 + (h_short - 1) * 10 + (h_long - 1) * 900) / 1000))
+    assert dev.resident_warps_per_sm == pytest.approx(expected)
+    assert dev.estimated_occupancy == pytest.approx(expected / 64)
+    # busy: the two do not overlap, so the estimate is the sum of h*d (above 1 in this one window)
+    assert dev.busy_ratio == pytest.approx((h_short * 10 + h_long * 900) / 1000)
+    # the 900 us kernel is at least half the window: low confidence
+    assert dev.low_confidence and dev.longest_kernel == 900
 
 
 def test_kernel_means_are_weighted_by_corrected_gpu_time() -> None:
@@ -184,14 +186,36 @@ def test_kernel_means_are_weighted_by_corrected_gpu_time() -> None:
     assert k.samples == 2
 
 
-def test_busy_ratio_of_two_overlapping_short_kernels_counts_the_union() -> None:
+def test_busy_of_two_overlapping_kernels_takes_their_overlap_out_at_its_own_weight() -> None:
+    """a = [100, 200), b = [150, 250): each is kept with probability 900/1000, both together
+    (span 150 us) with probability 850/1000; their 50 us overlap counts once."""
     doc = trace_doc([
         span(0, 1000),
         kernel("a", ts=100, dur=100), kernel("b", ts=150, dur=100),
     ])
     (dev,) = analyze(parse(doc)).devices
-    h = 1000 / 900
-    assert dev.busy_ratio == pytest.approx((150 + 2 * (h - 1) * 100) / 1000)
+    assert dev.busy_ratio == pytest.approx((2 * 100 * 1000 / 900 - 50 * 1000 / 850) / 1000)
+    assert not dev.low_confidence
+
+
+def test_busy_of_three_nested_kernels_is_inclusion_exclusion() -> None:
+    """[0, 300), [100, 200), [150, 400) in a 1000 us window: singles, pairs and the triple, each
+    weighted by 1000 / (1000 - its span)."""
+    doc = trace_doc([
+        span(0, 1000),
+        kernel("a", ts=0, dur=300), kernel("b", ts=100, dur=100), kernel("c", ts=150, dur=250),
+    ])
+    (dev,) = analyze(parse(doc)).devices
+
+    def h(span: float) -> float:
+        return 1000 / (1000 - span)
+
+    singles = 300 * h(300) + 100 * h(100) + 250 * h(250)
+    # ab: [100,200) span 300; ac: [150,300) span 400; bc: [150,200) span 300
+    pairs = 100 * h(300) + 150 * h(400) + 50 * h(300)
+    triple = 50 * h(400)  # [150, 200), span 0..400
+    assert dev.busy_ratio == pytest.approx((singles - pairs + triple) / 1000)
+    assert dev.busy_time == pytest.approx(singles - pairs + triple)
 
 
 def test_window_falls_back_to_requested_then_to_gpu_extent() -> None:
@@ -203,10 +227,11 @@ def test_window_falls_back_to_requested_then_to_gpu_extent() -> None:
     assert (estimated.t0, estimated.t1, estimated.bounds) == (100, 320, "estimated")
 
 
-def test_straddling_launch_counts_by_its_overlap() -> None:
-    window = TraceWindow(0.0, 100.0, "trace_span")
+def test_a_launch_not_wholly_inside_the_window_does_not_count() -> None:
+    """Kineto drops it; one seen here lies outside the bounds the agent asked for."""
+    window = TraceWindow(0.0, 100.0, "requested")
     launch = KernelLaunch("k", 0, 90.0, 20.0, 7, (1, 1, 1), (32, 1, 1), 32, 0, None, None, None)
-    assert sampling_weight(launch, window) == pytest.approx(10 / 20)
+    assert sampling_weight(launch, window) == 0.0
 
 
 def test_launches_wholly_inside_get_w_over_w_minus_d() -> None:
@@ -233,3 +258,38 @@ def test_artifact_totals_and_per_kernel_counts_agree() -> None:
     assert {k.name: k.artifacts for k in result.kernels} == {
         "a": {"unrounded_warps": 2}, "b": {"missing_launch_config": 1}
     }
+
+
+def test_busy_time_is_inclusion_exclusion_over_every_set_of_launches_that_run_at_once() -> None:
+    """Random launches on up to four streams against the definition: every subset with a common
+    intersection, each term weighted by W / (W - its span)."""
+    from itertools import combinations
+    from random import Random
+
+    from warpwatch.analysis import MAX_OVERLAP, busy_time
+
+    rng = Random(7)
+    w = 1000.0
+    for _ in range(200):
+        intervals = []
+        for _stream in range(rng.randint(1, MAX_OVERLAP + 1)):
+            t = rng.uniform(0, 50)
+            while t < 300:
+                d = rng.uniform(1, 120)
+                intervals.append((t, t + d))
+                t += d + rng.uniform(0, 80)
+        expected = 0.0
+        for size in range(1, len(intervals) + 1):
+            found = False
+            for subset in combinations(intervals, size):
+                common = min(e for _, e in subset) - max(s for s, _ in subset)
+                if common <= 0:
+                    continue
+                found = True
+                span = max(e for _, e in subset) - min(s for s, _ in subset)
+                expected += (-1) ** (size + 1) * common * w / (w - span)
+            if not found:
+                break
+        got, truncated = busy_time(intervals, w)
+        assert not truncated
+        assert got == pytest.approx(max(expected, 0.0), rel=1e-9, abs=1e-9)

@@ -38,6 +38,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "port": ("9999", 9999),
     "period": ("2m", 120.0),
     "window": ("500ms", 0.5),
+    "adaptive_window": ("on", True),
     "jitter": ("3s", 3.0),
     "top_kernels": ("7", 7),
     "log_level": ("debug", "debug"),

@@ -16,13 +16,9 @@ import yaml
 
 from warpwatch import metricdefs as md
 from warpwatch.dashboards import build, check, register, render
-from warpwatch.dashboards.definitions import (
-    DASHBOARD_VARIABLE_DEFAULTS,
-    DEFAULT_SETTINGS,
-    Settings,
-    all_queries,
-    dashboards,
-)
+from warpwatch.dashboards.boards import all_queries, dashboards
+from warpwatch.dashboards.queries import recording_rules
+from warpwatch.dashboards.settings import DASHBOARD_VARIABLE_DEFAULTS, DEFAULT_SETTINGS, Settings
 from warpwatch.errors import ConfigError
 from warpwatch.model import ARTIFACT_KINDS
 
@@ -60,7 +56,14 @@ def series_names(m: md.MetricDef) -> set[str]:
     return {md.exposed_name(m)}
 
 
-ALLOWED_SERIES = set().union(*(series_names(m) for m in md.ALL))
+ALLOWED_SERIES = set().union(*(series_names(m) for m in md.ALL)) | {r.record for r in recording_rules(DEFAULT_SETTINGS)}
+LAST_WINDOW_GAUGES = {
+    md.exposed_name(m) for m in md.ALL
+    if m.type == "gauge" and m.labels and m.labels[0] == "gpu" and not m.name.startswith("warpwatch_nvml_")
+    and m not in (md.GPU_INFO, md.KERNEL_INFO)
+}
+"""Per-window estimates: read only as "now" (or as a min / max over time, which a missing window
+cannot bias upwards / downwards... see test_gauges_are_read_only_as_now_or_as_extremes)."""
 _NOT_METRICS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
                 "offset", "bool", "inf", "nan"}
 
@@ -260,15 +263,37 @@ def test_overview_panels() -> None:
     overview = {p["title"]: p for p in boards()["warpwatch-overview"]["panels"]}
     assert set(overview) == {
         "Estimated occupancy per GPU", "Estimated vs NVML GPM SM occupancy", "Resident warps per SM per GPU",
-        "Busy ratio vs NVML utilisation", "Top kernels by time share", "GPUs",
+        "Busy ratio vs NVML utilisation", "Top kernels by time share", "Coverage: is the window long enough?",
+        "GPUs: Now (last window)",
     }
-    side_by_side = [t["expr"] for t in overview["Estimated vs NVML GPM SM occupancy"]["targets"]]
-    assert [e.split("{")[0] for e in side_by_side] == [
-        md.exposed_name(md.GPU_ESTIMATED_OCCUPANCY), md.exposed_name(md.NVML_SM_OCCUPANCY),
+    side_by_side = [metric_names(t["expr"]) for t in overview["Estimated vs NVML GPM SM occupancy"]["targets"]]
+    assert side_by_side == [
+        {md.exposed_name(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), md.exposed_name(md.GPU_OBSERVED_SECONDS)},
+        {md.exposed_name(md.NVML_SM_OCCUPANCY)},
     ]
     top = overview["Top kernels by time share"]
     assert top["type"] == "bargauge" and top["targets"][0]["instant"]
-    assert top["targets"][0]["expr"].startswith("topk(10, ")
+    assert top["targets"][0]["expr"].startswith("topk(10,\n")
+    assert metric_names(top["targets"][0]["expr"]) == {
+        md.exposed_name(md.KERNEL_SECONDS), md.exposed_name(md.GPU_OBSERVED_SECONDS)}
+
+
+def test_gauges_are_read_only_as_now_or_as_extremes() -> None:
+    """Trends divide rates of sums. A per-window gauge averaged over time skips the windows that
+    missed a kernel; it appears only in "now" tables, or as a min (reported warps) or max (longest
+    kernel) over time, which no skipped window changes."""
+    extremes = {md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN): "min_over_time",
+                md.exposed_name(md.GPU_LONGEST_KERNEL_RATIO): "max_over_time"}
+    for uid, p in panels():
+        for t in p.get("targets", []):
+            for name in metric_names(t["expr"]) & LAST_WINDOW_GAUGES:
+                where = f"{uid}/{p['title']}: {t['expr']}"
+                if "Now (last window)" in p["title"]:
+                    assert t["instant"] and t["expr"].startswith(name), where
+                else:
+                    assert t["expr"].startswith(f"{extremes[name]}({name}"), where
+    for where, expr in all_queries():
+        assert "avg_over_time(warpwatch_kernel" not in expr and "avg_over_time(warpwatch_gpu" not in expr, where
 
 
 def test_kernels_table_has_every_column() -> None:
@@ -280,12 +305,18 @@ def test_kernels_table_has_every_column() -> None:
     ]
     units = {o["matcher"]["options"]: o["properties"][0]["value"] for o in table["fieldConfig"]["overrides"]}
     assert units["Time share"] == "percentunit" and units["Launches/s"] == "cps"
-    first = [t["expr"].split("(")[1].split("{")[0] for t in table["targets"]]
-    assert first == [md.exposed_name(m) for m in (
-        md.KERNEL_WARPS_PER_SM, md.KERNEL_REPORTED_WARPS_MIN, md.KERNEL_RESIDENT_WARPS_PER_SM,
-        md.KERNEL_THEORETICAL_OCCUPANCY, md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM,
-        md.KERNEL_TIME_SHARE, md.KERNEL_LAUNCH_RATE,
-    )]
+    seconds, observed = md.exposed_name(md.KERNEL_SECONDS), md.exposed_name(md.GPU_OBSERVED_SECONDS)
+    used = [metric_names(t["expr"]) for t in table["targets"]]
+    assert used == [
+        {md.exposed_name(md.KERNEL_WARPS_PER_SM_SECONDS), seconds},
+        {md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN)},
+        {md.exposed_name(md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS), seconds},
+        {md.exposed_name(md.KERNEL_THEORETICAL_OCCUPANCY_SECONDS), seconds},
+        {md.exposed_name(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), seconds},
+        {md.exposed_name(md.KERNEL_WAVES_PER_SM_SECONDS), seconds},
+        {seconds, observed},
+        {md.exposed_name(md.KERNEL_LAUNCHES_ESTIMATED), observed},
+    ]
 
 
 def test_artifacts_dashboard_explains_every_kind_and_shows_reported_beside_corrected() -> None:
@@ -293,8 +324,9 @@ def test_artifacts_dashboard_explains_every_kind_and_shows_reported_beside_corre
     text = by_title["What the artefact kinds mean"]["options"]["content"]
     for kind in ARTIFACT_KINDS:
         assert f"`{kind}`" in text
-    side_by_side = [t["expr"].split("{")[0] for t in by_title["Reported vs corrected warps per SM"]["targets"]]
-    assert side_by_side == [md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN), md.exposed_name(md.KERNEL_WARPS_PER_SM)]
+    side_by_side = [metric_names(t["expr"]) for t in by_title["Reported vs corrected warps per SM"]["targets"]]
+    assert side_by_side == [{md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN)},
+                            {md.exposed_name(md.KERNEL_WARPS_PER_SM_SECONDS), md.exposed_name(md.KERNEL_SECONDS)}]
     by_kind = by_title["Artefacts by kind"]["targets"][0]["expr"]
     assert by_kind.startswith(f"sum by (artifact) (rate({md.exposed_name(md.PROFILER_ARTIFACTS)}{{")
 
@@ -303,7 +335,7 @@ def test_agent_health_panels() -> None:
     titles = [p["title"] for p in boards()["warpwatch-agent-health"]["panels"]]
     assert titles == [
         "Last window age", "Failing windows", "NVML up", "Windows by outcome", "Faults by stage and reason",
-        "Window processing time", "Capture duty cycle", "Kernels folded into other",
+        "Window processing time", "Capture duty cycle", "Capture window and period", "Kernels folded into other",
     ]
     quantiles = next(p for p in boards()["warpwatch-agent-health"]["panels"] if p["title"] == "Window processing time")
     assert [t["expr"].split(",")[0] for t in quantiles["targets"]] == [

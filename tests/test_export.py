@@ -31,10 +31,9 @@ from warpwatch.export import (
     SnapshotBuilder,
     SnapshotCollector,
     WindowResult,
-    fold_top_k,
-    merge_round,
 )
 from warpwatch.model import DeviceProperties, DeviceStats, KernelStats, TraceWindow, WindowAnalysis
+from warpwatch.pooling import MEANS, fold, merge_round
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.prom"
 
@@ -52,15 +51,20 @@ def kernel(name: str, gpu_time: float, *, device: int = 0, window_us: float = 1e
         "main_limiter": None, "artifacts": {},
     }
     fields.update(means)
+    weighted = {f: gpu_time * x for f, x in means.items() if f in MEANS and x is not None}
     return KernelStats(device=device, name=name, samples=samples, launches=launches,
                        launch_rate=launches / (window_us / 1e6), gpu_time=gpu_time,
-                       time_share=gpu_time / window_us, **fields)
+                       time_share=gpu_time / window_us, weighted_sums=weighted, **fields)
 
 
 def device(dev: int = 0, *, busy: float | None = 0.5, resident: float | None = 8.0,
-           props: DeviceProperties | None = H100) -> DeviceStats:
+           props: DeviceProperties | None = H100, window_us: float = 1e6, low: bool = False,
+           longest: float = 0.0) -> DeviceStats:
     estimated = None if resident is None or props is None else resident / props.max_warps_per_sm
-    return DeviceStats(dev, props, resident, estimated, busy, samples=10, low_confidence=False)
+    return DeviceStats(dev, props, resident, estimated, busy, samples=10, low_confidence=low,
+                       busy_time=None if busy is None else busy * window_us,
+                       resident_time=None if resident is None else resident * window_us,
+                       longest_kernel=longest)
 
 
 def window(kernels: list[KernelStats], devices: list[DeviceStats], window_us: float = 1e6,
@@ -104,7 +108,7 @@ def test_a_single_window_is_exported_exactly_as_analysed() -> None:
     assert value(reg, md.KERNEL_TIME_SHARE, **labels) == 0.25
     assert value(reg, md.KERNEL_LAUNCH_RATE, **labels) == 40.0
     assert value(reg, md.KERNEL_REPORTED_WARPS_MIN, **labels) == -3.0
-    assert value(reg, md.KERNEL_LAUNCHES_OBSERVED, **labels) == 40.0
+    assert value(reg, md.KERNEL_LAUNCHES_OBSERVED, **labels) == 0.0  # counters start at 0 (below)
     assert value(reg, md.GPU_BUSY, gpu="0") == 0.4
     assert value(reg, md.GPU_RESIDENT_WARPS_PER_SM, gpu="0") == 12.0
     assert value(reg, md.GPU_ESTIMATED_OCCUPANCY, gpu="0") == 12.0 / 64
@@ -140,7 +144,9 @@ def test_kernels_beyond_top_k_fold_into_other() -> None:
                artifacts={"unrounded_warps": 1, "negative_warps_per_sm": 5}),
         kernel("e", 10.0, samples=1),  # warps unknown: no weight in the mean
     ]
-    reg = publish(SnapshotBuilder(top_kernels=2), ok(window(ks, [device()])))
+    builder = SnapshotBuilder(top_kernels=2)
+    publish(builder, ok(window(ks, [device()])))  # the GPU's first round only creates its counters
+    reg = publish(builder, ok(window(ks, [device()])))
     other = {"gpu": "0", "kernel": OTHER}
     assert value(reg, md.KERNEL_WARPS_PER_SM, gpu="0", kernel="a") == 10.0
     assert value(reg, md.KERNEL_WARPS_PER_SM, gpu="0", kernel="c") is None
@@ -151,7 +157,7 @@ def test_kernels_beyond_top_k_fold_into_other() -> None:
     assert value(reg, md.KERNEL_LAUNCHES_OBSERVED, **other) == 8.0
     assert value(reg, md.PROFILER_ARTIFACTS, **other, artifact="unrounded_warps") == 3.0
     assert value(reg, md.PROFILER_ARTIFACTS, **other, artifact="negative_warps_per_sm") == 5.0
-    assert value(reg, md.KERNELS_FOLDED, gpu="0") == 3.0
+    assert value(reg, md.KERNELS_FOLDED, gpu="0") == 6.0  # 3 in each of the two rounds
 
 
 def test_label_count_is_bounded_by_top_k_plus_other() -> None:
@@ -169,8 +175,8 @@ def test_kernels_that_disappear_are_gone_from_the_next_snapshot_but_their_counte
     second = publish(builder, ok(window([kernel("a", 20.0, samples=4)], [device()])))
     assert value(second, md.KERNEL_TIME_SHARE, gpu="0", kernel="b") is None
     assert value(second, md.KERNEL_TIME_SHARE, gpu="0", kernel="a") == 2e-5
-    assert value(second, md.KERNEL_LAUNCHES_OBSERVED, gpu="0", kernel="a") == 7.0
-    assert value(second, md.KERNEL_LAUNCHES_OBSERVED, gpu="0", kernel="b") == 2.0
+    assert value(second, md.KERNEL_LAUNCHES_OBSERVED, gpu="0", kernel="a") == 4.0  # round 1 created it at 0
+    assert value(second, md.KERNEL_LAUNCHES_OBSERVED, gpu="0", kernel="b") == 0.0
     assert value(second, md.WINDOWS, outcome="ok") == 2.0
 
 
@@ -220,9 +226,9 @@ def test_two_processes_on_one_gpu_add_their_rates() -> None:
     assert gemm.launch_rate == pytest.approx(3 + 1)
     assert gemm.warps_per_sm == pytest.approx((8.0 * 300_000 + 4.0 * 100_000) / 400_000)
     assert gemm.samples == 4
-    assert merged.device.busy_ratio == 1.0  # 0.5 + 0.7, capped
-    assert merged.device.resident_warps_per_sm == 64.0  # 10 + 60, capped at M = 2048 / 32
-    assert merged.device.estimated_occupancy == 1.0
+    assert merged.device.busy_ratio == pytest.approx(1.2)  # 0.5 + 0.7: not capped (a cap biases pooling)
+    assert merged.device.resident_warps_per_sm == 70.0  # 10 + 60
+    assert merged.device.estimated_occupancy == pytest.approx(70 / 64)
     assert [k.name for k in merged.kernels] == ["gemm", "copy"]
 
 
@@ -237,10 +243,10 @@ def test_windows_of_one_process_are_pooled_over_time() -> None:
     assert merged.device.busy_ratio == pytest.approx((0.5 * 1 + 0.1 * 3) / 4)
 
 
-def test_fold_top_k_keeps_everything_when_there_are_few_kernels() -> None:
+def test_fold_keeps_the_members_and_sums_the_rest_into_other() -> None:
     ks = [kernel("a", 2.0), kernel("b", 1.0)]
-    assert fold_top_k(ks, 5) == (ks, None, 0)
-    top, other, folded = fold_top_k(ks, 1)
+    assert fold(ks, {"a", "b", "c"}) == (ks, None, 0)
+    top, other, folded = fold(ks, {"a"})
     assert (top, folded) == ([ks[0]], 1)
     assert other is not None
     assert other.name == OTHER
@@ -297,13 +303,17 @@ def test_every_family_comes_from_metricdefs_with_its_help() -> None:
 
 def test_counters_never_go_back_when_series_are_bounded() -> None:
     builder = SnapshotBuilder(top_kernels=3, max_counter_series=4)
-    for i in range(10):
-        publish(builder, ok(window([kernel(f"k{i}", 1.0, samples=2)], [device()])))
-    reg = publish(builder, ok(window([kernel("k9", 1.0, samples=2)], [device()])))
-    samples = [s for fam in reg.collect() if fam.name == md.KERNEL_LAUNCHES_OBSERVED.name for s in fam.samples
-               if s.name.endswith("_total")]
-    assert len(samples) == 4
-    assert value(reg, md.KERNEL_LAUNCHES_OBSERVED, gpu="0", kernel="k9") == 4.0
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for i in range(30):
+        reg = publish(builder, ok(window([kernel(f"k{i % 12}", 1.0 + i % 5, samples=2)], [device()])))
+        samples = [(fam.name, s) for fam in reg.collect() if fam.name.startswith("warpwatch_kernel_")
+                   and fam.type == "counter" for s in fam.samples if s.name.endswith("_total")]
+        for name in {n for n, _ in samples}:
+            assert len([s for n, s in samples if n == name]) <= 4
+        for name, s in samples:
+            key = (name, tuple(sorted(s.labels.items())))
+            assert s.value >= seen.get(key, 0.0), key
+            seen[key] = s.value
 
 
 def test_the_histogram_counts_every_processed_window() -> None:
@@ -328,7 +338,7 @@ FIXED = Snapshot(
         KernelSample("0", OTHER, 2.0, 1.5, None, None, None, 0.01, 12.5, -4.0),
         KernelSample("1", "triton_poi_fused_add_cos_sin_0", 0.5, 0.5, None, None, None, 0.002, 1000.0, None),
     ),
-    gpus=(GpuSample("0", 40.0, 0.625, 0.875), GpuSample("1", None, None, 0.0625)),
+    gpus=(GpuSample("0", 40.0, 0.625, 0.875, 0.125, False), GpuSample("1", None, None, 0.0625, 0.75, True)),
     gpu_info=(GpuInfo("0", "NVIDIA A100-SXM4-80GB", "8.0", "108", "nvidia", "GPU-6f1d1a2e-5b7c-4e0d-9a3f-2c8b7e6d5f41"),
               GpuInfo("1", "NVIDIA A100-SXM4-80GB", "8.0", "108", "nvidia")),
     kernel_info=(("0", "ampere_sgemm_32x32_sliced1x4_tn", "ampere_sgemm_32x32_sliced1x4_tn"),
@@ -343,6 +353,14 @@ FIXED = Snapshot(
     processing=HistogramState().observe(0.004).observe(0.3).observe(2.0),
     last_window_timestamp=1_780_000_000.5,
     capture_duty=1 / 60,
+    capture_period=60.0,
+    capture_window=1.0,
+    gpu_counters=(("0", (120.0, 105.0, 4800.0, 3.0, 0.0)), ("1", (120.0, 7.5, 0.0, 60.0, 12.0))),
+    kernel_counters=(
+        ("0", "ampere_sgemm_32x32_sliced1x4_tn", (30.0, 4800.0, 585.0, 292.5, 7.5, 4.5, 37.5)),
+        ("0", OTHER, (1.2, 1500.0, 2.4, 1.8, 0.0, 0.0, 0.0)),
+        ("1", "triton_poi_fused_add_cos_sin_0", (0.24, 120000.0, 0.12, 0.12, 0.0, 0.0, 0.0)),
+    ),
     version="0.1.0",
 )
 

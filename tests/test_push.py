@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from warpwatch.dashboards import DEFAULT_SETTINGS, register, rules
-from warpwatch.dashboards.definitions import alerts, dashboards
+from warpwatch.dashboards.alerts import alerts
+from warpwatch.dashboards.boards import dashboards
 from warpwatch.dashboards.grafana import all_dashboards
 from warpwatch.dashboards.push import (
     GrafanaClient,

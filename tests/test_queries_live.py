@@ -18,7 +18,7 @@ import pytest
 from test_agent import ALEXNET, Agent
 from test_prometheus import PROMETHEUS, query, wait_query
 from tracebuild import H100, kernel, span, trace_doc, write
-from warpwatch.dashboards import all_queries
+from warpwatch.dashboards import Settings, all_queries, rules
 from warpwatch.model import ARTIFACT_KINDS
 
 NO_DRIVER_EMPTY = ("warpwatch_nvml_sm_occupancy_ratio", "warpwatch_nvml_gpu_utilization_ratio")
@@ -65,8 +65,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                   "--allow-high-duty", "--top-kernels", "3")
     tmp = tmp_path_factory.mktemp("prometheus")
     port = free_port()
+    # The generated alert and recording rules, evaluated every second (the recording expressions
+    # read the series the recording rules write).
+    (tmp / "rules.yaml").write_text(rules.dump_yaml(rules.rules_file(Settings(rule_interval="1s"))))
     (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {tmp / 'rules.yaml'}\n"
         "scrape_configs:\n  - job_name: warpwatch\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n"
     )

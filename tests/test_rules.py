@@ -13,12 +13,13 @@ import pytest
 import yaml
 
 from warpwatch import config
-from warpwatch.dashboards import build, rules
-from warpwatch.dashboards.definitions import (
+from warpwatch.dashboards import build, rules, ruletests
+from warpwatch.dashboards.alerts import alerts
+from warpwatch.dashboards.queries import recording_rules
+from warpwatch.dashboards.settings import (
     ALERTED_ARTIFACTS,
     DEFAULT_SETTINGS,
     Settings,
-    alerts,
     duration_seconds,
     format_duration,
 )
@@ -44,14 +45,19 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 
 def prometheus_rules() -> list[dict[str, Any]]:
-    return [r for g in load("warpwatch-rules.yaml")["groups"] for r in g["rules"]]
+    """The alerting rules (the recording rules are `recording()`)."""
+    return [r for g in load("warpwatch-rules.yaml")["groups"] for r in g["rules"] if "alert" in r]
+
+
+def recording() -> list[dict[str, Any]]:
+    return [r for g in load("warpwatch-rules.yaml")["groups"] for r in g["rules"] if "record" in r]
 
 
 @needs_promtool
 def test_rules_file_passes_promtool_check() -> None:
     result = promtool("check", "rules", str(ALERTS / "warpwatch-rules.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(ALERT_NAMES)} rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERT_NAMES) + len(recording_rules(DEFAULT_SETTINGS))} rules found" in result.stdout
 
 
 @needs_promtool
@@ -66,6 +72,7 @@ def test_prometheusrule_object_holds_the_same_valid_groups(tmp_path: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_promtool_unit_tests_pass() -> None:
     result = promtool("test", "rules", "warpwatch-rules.test.yaml", cwd=ALERTS)
@@ -76,7 +83,7 @@ def test_promtool_unit_tests_pass() -> None:
 def test_unit_tests_fire_and_hold_every_alert() -> None:
     tests = load("warpwatch-rules.test.yaml")
     assert tests["rule_files"] == ["warpwatch-rules.yaml"]
-    checks = [c for t in tests["tests"] for c in t["alert_rule_test"]]
+    checks = [c for t in tests["tests"] for c in t.get("alert_rule_test", [])]
     fired = {c["alertname"] for c in checks if c["exp_alerts"]}
     silent = {c["alertname"] for c in checks if c["exp_alerts"] == []}
     assert fired == set(ALERT_NAMES)
@@ -99,24 +106,51 @@ def test_artifact_alert_covers_the_wrong_number_kinds_and_names_them() -> None:
     assert "{{ $labels.artifact }}" in rule["annotations"]["description"]
     assert "raw trace numbers" in rule["annotations"]["description"]
     tests = load("warpwatch-rules.test.yaml")["tests"]
-    fired = [e for t in tests for c in t["alert_rule_test"] if c["alertname"] == rule["alert"]
+    fired = [e for t in tests for c in t.get("alert_rule_test", []) if c["alertname"] == rule["alert"]
              for e in c["exp_alerts"]]
     assert sorted(e["exp_labels"]["artifact"] for e in fired) == sorted(ALERTED_ARTIFACTS)
     overflow = next(e for e in fired if e["exp_labels"]["artifact"] == "grid_overflow")
+    # one alert per pod and kind: two kernels on two GPUs, 2 launches a minute each, over 30 minutes
+    assert set(overflow["exp_labels"]) == {"namespace", "pod", "artifact", "severity"}
     assert overflow["exp_annotations"]["description"].startswith(
-        "60 launches of gemm_bf16 on GPU 0 carried the profiler artefact grid_overflow in the last 30m."
+        "120 kernel launches in pod ml/train-0 carried the profiler artefact grid_overflow in the last 30m"
     )
 
 
-def test_degraded_alert_needs_baseline_samples_and_time_share() -> None:
+def test_degraded_alert_compares_ratios_of_rates_and_needs_baseline_samples_and_time_share() -> None:
     expr = next(r["expr"] for r in prometheus_rules() if r["alert"] == "WarpwatchKernelOccupancyDegraded")
     s = DEFAULT_SETTINGS
     window = f"[{s.degraded_baseline_window}] offset {s.degraded_baseline_offset}"
-    assert f"avg_over_time(warpwatch_kernel_estimated_occupancy_ratio{window})" in expr
-    assert f"avg_over_time(warpwatch_kernel_resident_warps_per_sm{window})" in expr
-    assert f"count_over_time(warpwatch_kernel_estimated_occupancy_ratio{window}) >= {s.degraded_min_samples}" in expr
+    seconds = "warpwatch_kernel_seconds_total"
+    for x in ("estimated_occupancy", "resident_warps_per_sm"):
+        num = f"warpwatch_kernel_{x}_seconds_total"
+        assert f"rate({num}[{s.degraded_window}]) / rate({seconds}[{s.degraded_window}])" in expr
+        assert f"(rate({num}{window}) / rate({seconds}{window}))" in expr
+    assert f"count_over_time({seconds}{window}) >= {s.degraded_min_samples}" in expr
     assert f"< {s.degraded_ratio}" in expr
-    assert f"warpwatch_kernel_time_share_ratio > {s.degraded_min_time_share}" in expr
+    assert f") > {s.degraded_min_time_share}" in expr
+    assert "avg_over_time" not in expr
+
+
+def test_window_too_short_alert_names_its_evidence() -> None:
+    rule = next(r for r in prometheus_rules() if r["alert"] == "WarpwatchWindowTooShort")
+    assert '"evidence", "long_kernels"' in rule["expr"] and '"evidence", "nvml_busier"' in rule["expr"]
+    assert "{{ $labels.evidence }}" in rule["annotations"]["summary"]
+    assert "window is too short" in (RUNBOOKS / "window-too-short.md").read_text()
+
+
+def test_recording_rules_record_rates_summed_by_the_fleet_labels_then_ratios() -> None:
+    records = {r["record"]: r["expr"] for r in recording()}
+    assert records["fleet:warpwatch_gpu_observed_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment, model) (rate(warpwatch_gpu_observed_seconds_total[5m]))")
+    assert records["fleet_kernel:warpwatch_kernel_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment, model, kernel) (rate(warpwatch_kernel_seconds_total[5m]))")
+    assert records["fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"] == (
+        "fleet_kernel:warpwatch_kernel_seconds_total:rate5m\n  / on (namespace, deployment, model) group_left\n"
+        "fleet:warpwatch_gpu_observed_seconds_total:rate5m")
+    tests = load("warpwatch-rules.test.yaml")["tests"]
+    checked = {c["expr"] for t in tests for c in t.get("promql_expr_test", [])}
+    assert {f"round({r} * 1e6)" for r in records if ":ratio_" in r} <= checked
 
 
 def test_every_rule_has_severity_summary_description_and_a_runbook() -> None:
@@ -135,22 +169,24 @@ def test_every_rule_has_severity_summary_description_and_a_runbook() -> None:
 
 
 def test_agent_health_alert_thresholds_follow_the_agent_config() -> None:
-    """The staleness bound counts the agent's default period; the duty bound is the agent's own."""
-    assert duration_seconds(DEFAULT_SETTINGS.capture_period) == config.Config().period
+    """Staleness counts the agent's own exported period; the duty bound is the agent's own."""
     assert DEFAULT_SETTINGS.max_capture_duty == config.MAX_DUTY
     by_name = {r["alert"]: r["expr"] for r in prometheus_rules()}
-    stale = duration_seconds(DEFAULT_SETTINGS.capture_period) * DEFAULT_SETTINGS.stale_periods
-    assert by_name["WarpwatchNoRecentWindow"] == f"time() - warpwatch_last_window_timestamp_seconds\n  > {stale:g}"
+    assert by_name["WarpwatchNoRecentWindow"] == (
+        f"time() - warpwatch_last_window_timestamp_seconds\n  > {DEFAULT_SETTINGS.stale_periods:g} * "
+        "warpwatch_capture_period_seconds")
     assert 'outcome=~"failed|timed_out"' in by_name["WarpwatchWindowsFailing"]
     assert by_name["WarpwatchCaptureDutyHigh"] == f"warpwatch_capture_duty_ratio > {config.MAX_DUTY}"
 
 
+@pytest.mark.slow
 @needs_promtool
 def test_changed_thresholds_and_selector_still_fire_and_hold(tmp_path: Path) -> None:
     """Thresholds live in Settings: the scenarios move with them, and promtool still agrees."""
     s = Settings(
         selector='job="warpwatch"', degraded_ratio=0.5, degraded_min_time_share=0.1, degraded_min_samples=120,
-        nvml_max_difference=0.1, capture_period="30s", stale_periods=4, failing_ratio=0.3,
+        nvml_max_difference=0.1, stale_periods=4, failing_ratio=0.3, short_max_kernel_ratio=0.4,
+        fleet_labels="namespace,model", degraded_baseline_window="6h",
         max_capture_duty=0.05, artifact_window="1h", runbook_url_base="https://wiki.example/runbooks/",
     )
     build(tmp_path, s)
@@ -163,7 +199,7 @@ def test_changed_thresholds_and_selector_still_fire_and_hold(tmp_path: Path) -> 
 
 def test_selector_with_regex_cannot_generate_promtool_inputs() -> None:
     with pytest.raises(ConfigError, match=r"only be generated for equality matchers"):
-        rules.promtool_tests(Settings(selector='job=~"warp.*"'), "r.yaml")
+        ruletests.promtool_tests(Settings(selector='job=~"warp.*"'), "r.yaml")
 
 
 # ---- Grafana file provisioning
@@ -246,5 +282,6 @@ def test_durations() -> None:
 
 
 def test_promtool_value_notation() -> None:
-    assert rules.gauge((None, 3), (0.6, 4), (0.3, 1)) == "_x3 0.6x3 0.3"
-    assert rules.counter(0, 2, 5) == "0+2x4"
+    assert ruletests.gauge((None, 3), (0.6, 4), (0.3, 1)) == "_x3 0.6x3 0.3"
+    assert ruletests.counter(0, 2, 5) == "0+2x4"
+    assert ruletests.ramp((6, 3), (1.5, 2), missing=2) == "_x2 0 6+6x2 19.5+1.5x1"

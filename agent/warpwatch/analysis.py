@@ -13,7 +13,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from .gcpause import gc_paused
 from .model import (
@@ -38,8 +38,6 @@ HIP_BLOCK_GRID_CALLS = frozenset({"hipLaunchKernel", "hipExtLaunchKernel", "hipM
 """HIP launch calls whose `grid` counts blocks (gridDim), spec "AMD traces"."""
 HIP_WORK_ITEM_GRID_CALLS = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
 """HIP launch calls whose `grid` counts work-items (globalWorkSize): B = prod(ceil(grid_i / block_i))."""
-LOW_CONFIDENCE_MIN_SAMPLES = 20
-"""A window busier than half its length with fewer captured launches than this is low-confidence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,21 +196,20 @@ def window_of(trace: Trace, requested: tuple[float, float] | None = None) -> Tra
 
 
 def sampling_weight(launch: KernelLaunch, window: TraceWindow) -> float | None:
-    """h of one launch: W / (W - d) inside the window (Horvitz-Thompson), overlap / d for a
-    launch that straddles the window (a producer that clips instead of dropping), None when
-    the window is unknown."""
+    """h of one launch: W / (W - d) for a launch wholly inside the window (Horvitz-Thompson),
+    1 for one with d >= W (only possible when the bounds are estimated from the events), 0 for a
+    launch not wholly inside (the producer drops those: one seen here lies outside the bounds the
+    agent requested, and says nothing about this window); None when the window is unknown."""
     w = window.duration
     if w <= 0:
         return None
-    start, end = launch.ts, launch.ts + launch.dur
-    if start >= window.t0 and end <= window.t1 and not window.clipped:
-        if launch.dur < w:
-            return w / (w - launch.dur)
-        return 1.0  # cannot be captured under Kineto's rule: the bounds are estimated or clipped
-    if launch.dur <= 0:
-        return 1.0 if window.t0 <= start <= window.t1 else 0.0
-    overlap = min(end, window.t1) - max(start, window.t0)
-    return max(overlap, 0.0) / launch.dur
+    return _weight(launch.ts, launch.dur, window.t0, window.t1, w)
+
+
+def _weight(ts: float, d: float, t0: float, t1: float, w: float) -> float:
+    if ts < t0 or ts + d > t1:
+        return 0.0
+    return w / (w - d) if 0 < d < w else 1.0
 
 
 def _config_key(launch: KernelLaunch) -> tuple[object, ...]:
@@ -321,14 +318,14 @@ class _KernelAcc:
 
 
 class _Group:
-    """Launches with one group key: counts and weighted sums, clipped intervals, missing time."""
+    """Launches with one group key: count, weighted sums, and the captured intervals."""
 
-    __slots__ = ("first", "intervals", "missing", "n", "sum_h", "sum_hd", "sum_lim")
+    __slots__ = ("first", "intervals", "n", "sum_h", "sum_hd", "sum_lim")
 
     def __init__(self, first: KernelLaunch) -> None:
         self.first = first
         self.n = 0
-        self.sum_h = self.sum_hd = self.sum_lim = self.missing = 0.0
+        self.sum_h = self.sum_hd = self.sum_lim = 0.0
         self.intervals: list[tuple[float, float]] = []
 
 
@@ -347,45 +344,99 @@ def _group_launches(launches: Sequence[KernelLaunch], window: TraceWindow) -> li
     t0, t1, w = window.t0, window.t1, window.duration
     if w <= 0:
         return groups
-    unclipped = not window.clipped
     for gid, ts, d in zip(gids, map(_TS, launches), map(_DUR, launches), strict=True):
         end = ts + d
-        if ts >= t0 and end <= t1 and unclipped:
-            h = w / (w - d) if d < w else 1.0
-        elif d <= 0:
-            h = 1.0 if t0 <= ts <= t1 else 0.0
-        else:
-            overlap = (end if end < t1 else t1) - (ts if ts > t0 else t0)
-            h = overlap / d if overlap > 0 else 0.0
-        if h <= 0:
-            continue
+        if ts < t0 or end > t1:
+            continue  # outside the window (see `sampling_weight`)
+        h = w / (w - d) if 0 < d < w else 1.0
         g = groups[gid]
         hd = h * d
         g.sum_h += h
         g.sum_hd += hd
         g.sum_lim += hd or h
-        start = ts if ts > t0 else t0
-        stop = end if end < t1 else t1
-        if stop > start:
-            g.intervals.append((start, stop))
-            g.missing += hd - (stop - start)
-        else:
-            g.missing += hd
+        if d > 0:
+            g.intervals.append((ts, end))
     return groups
 
 
 _TS = attrgetter("ts")
 _DUR = attrgetter("dur")
 
+LONG_KERNEL_RATIO = 0.5
+"""A window whose longest captured launch is at least this share of W is low-confidence: such
+launches are captured with probability (W - d)/W <= 1/2, and longer ones not at all."""
+MAX_OVERLAP = 3
+"""Most earlier launches still running that the busy estimator's inclusion-exclusion enumerates
+with a new one (2^3 terms); beyond it the latest-ending ones are kept (the overlap with the others
+is not taken out, so busy reads high) and the window is low-confidence. Bounds the cost of a trace
+with many streams at once."""
 
-def analyze(
-    trace: Trace, *, requested: tuple[float, float] | None = None, launches: Iterable[LaunchMetrics] | None = None
-) -> WindowAnalysis:
+
+def busy_time(intervals: Iterable[tuple[float, float]], w: float) -> tuple[float, bool]:
+    """Estimated time with at least one kernel running in a window of length `w` (µs), from the
+    captured launches' intervals, and whether more than `MAX_OVERLAP` launches overlapped.
+
+    Inclusion-exclusion over every set S of captured launches that run at once:
+    Σ_S (-1)^(|S|+1) · |∩S| · W / (W - span(S)), where span(S) is the time from the first start to
+    the last end of S. Kineto keeps S whole only when the window holds all of it, which happens with
+    probability (W - span)/W, so each term is a Horvitz-Thompson estimate of the same term of the
+    union over the whole activity stream: the estimate is unbiased wherever every such group spans
+    less than W (singletons give the Σ h·d of the time shares; overlaps of streams are taken out at
+    their own weight). Not capped at W: one window may read above 1, windows pooled do not drift.
+    """
+    total = 0.0
+    truncated = False
+    active: list[tuple[float, float]] = []  # launches started earlier and still running
+    for start, end in sorted(intervals):
+        if active:
+            active = [iv for iv in active if iv[1] > start]
+        d = end - start
+        if not active:  # alone: h·d (the common case, inlined)
+            total += d * w / (w - d) if d < w else d
+        elif len(active) == 1:  # itself, minus its overlap with the other at the pair's weight
+            s1, e1 = active[0]
+            span = (end if end > e1 else e1) - s1
+            total += (d * w / (w - d) if d < w else d) - (
+                ((end if end < e1 else e1) - start) * (w / (w - span) if span < w else 1.0))
+        elif len(active) == 2:  # two streams and a third: the four sets with this launch, inlined
+            (s1, e1), (s2, e2) = active
+            m1, m2, m12 = min(end, e1), min(end, e2), min(end, e1, e2)
+            x1, x2, x12 = max(end, e1) - s1, max(end, e2) - s2, max(end, e1, e2) - min(s1, s2)
+            total += (d * w / (w - d) if d < w else d) - (
+                (m1 - start) * (w / (w - x1) if x1 < w else 1.0)) - (
+                (m2 - start) * (w / (w - x2) if x2 < w else 1.0)) + (
+                (m12 - start) * (w / (w - x12) if x12 < w else 1.0))
+        else:
+            if len(active) > MAX_OVERLAP:
+                truncated = True
+                active.sort(key=_END)
+                del active[:-MAX_OVERLAP]
+            total += _terms(start, end, start, end, active, 0, 1, w)
+        active.append((start, end))
+    return max(total, 0.0), truncated
+
+
+_END = itemgetter(1)
+
+
+def _terms(start: float, min_end: float, first: float, last: float,
+           active: list[tuple[float, float]], i: int, sign: int, w: float) -> float:
+    """The terms of `busy_time` for the sets made of the newest launch (it starts at `start`, the
+    latest start of the set) and any subset of active[i:]: `min_end` is the set's common end,
+    `first`..`last` its span, `sign` (-1)^(|S|+1)."""
+    span = last - first
+    out = sign * (min_end - start) * (w / (w - span) if span < w else 1.0)
+    for j in range(i, len(active)):
+        s_j, e_j = active[j]
+        out += _terms(start, min(min_end, e_j), min(first, s_j), max(last, e_j), active, j + 1, -sign, w)
+    return out
+
+
+def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> WindowAnalysis:
     """Analyse one trace as one capture window (spec: per-kernel and per-device statistics).
 
     `requested` is the capture interval the source asked for, in Unix epoch microseconds; it
-    is used only when the trace has no `Trace` span event. `launches` replaces the metrics
-    computed from the trace (as `launch_metrics` would).
+    is used only when the trace has no `Trace` span event.
 
     Launches that share name, device, launch configuration and reported values share every
     metric: they are grouped in one pass, and the metrics are computed once per group.
@@ -394,65 +445,50 @@ def analyze(
     w_us = window.duration
     per_kernel: dict[tuple[int, str], _KernelAcc] = defaultdict(_KernelAcc)
     intervals: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    missing_time: dict[int, float] = defaultdict(float)
     resident_time: dict[int, float] = defaultdict(float)
+    longest: dict[int, float] = defaultdict(float)
     samples: dict[int, int] = defaultdict(int)
     totals: dict[str, int] = defaultdict(int)
     count = 0
-    if launches is None:
-        configs = _Configs(trace.devices)
-        with gc_paused():
-            groups = _group_launches(trace.launches, window)
-        for g in groups:
-            lm = _metrics(g.first, configs, None)
-            dev = g.first.device
-            count += g.n
-            samples[dev] += g.n
-            per_kernel[(dev, g.first.name)].add(lm, g.n, g.sum_h, g.sum_hd, g.sum_lim, totals)
+    configs = _Configs(trace.devices)
+    with gc_paused():
+        groups = _group_launches(trace.launches, window)
+    for g in groups:
+        lm = _metrics(g.first, configs, None)
+        dev = g.first.device
+        count += g.n
+        samples[dev] += g.n
+        per_kernel[(dev, g.first.name)].add(lm, g.n, g.sum_h, g.sum_hd, g.sum_lim, totals)
+        if g.intervals:
             intervals[dev].extend(g.intervals)
-            missing_time[dev] += g.missing
-            if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
-                resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
-    else:
-        for lm in launches:
-            count += 1
-            launch = lm.launch
-            dev = launch.device
-            samples[dev] += 1
-            h = lm.weight
-            weighted = h is not None and h > 0
-            h = h if h is not None and h > 0 else 0.0
-            d = launch.dur
-            hd = h * d
-            per_kernel[(dev, launch.name)].add(lm, 1, h, hd, hd or h, totals)
-            if not weighted:
-                continue
-            start = max(launch.ts, window.t0)
-            end = min(launch.ts + d, window.t1)
-            if end > start:
-                intervals[dev].append((start, end))
-            missing_time[dev] += hd - max(end - start, 0.0)
-            if lm.resident_warps_per_sm is not None:
-                resident_time[dev] += hd * lm.resident_warps_per_sm
+            longest[dev] = max(longest[dev], max(e - s for s, e in g.intervals))
+        if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
+            resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
 
-    kernels = [
-        _kernel_stats(dev, name, acc, w_us) for (dev, name), acc in per_kernel.items()
-    ]
+    kernels = [_kernel_stats(dev, name, acc, w_us) for (dev, name), acc in per_kernel.items()]
     kernels.sort(key=lambda k: (-k.gpu_time, k.device, k.name))
     devices = []
     for dev in sorted(samples):
         props = trace.devices.get(dev)
-        union = _union_length(intervals[dev])
-        busy = min(1.0, (union + missing_time[dev]) / w_us) if w_us > 0 else None
+        busy = ratio = None
+        truncated = False
+        if w_us > 0:
+            busy, truncated = busy_time(intervals[dev], w_us)
+            ratio = busy / w_us
         resident = estimated = None
         if props is not None and props.vendor == "nvidia" and w_us > 0 and props.max_warps_per_sm > 0:
-            m = props.max_warps_per_sm
-            resident = min(float(m), resident_time[dev] / w_us)
-            estimated = resident / m
-        low = window.bounds in ("estimated", "none") or (
-            w_us > 0 and union / w_us >= 0.5 and samples[dev] < LOW_CONFIDENCE_MIN_SAMPLES
+            resident = resident_time[dev] / w_us
+            estimated = resident / props.max_warps_per_sm
+        low = (
+            window.bounds in ("estimated", "none")
+            or truncated
+            or (w_us > 0 and longest[dev] >= LONG_KERNEL_RATIO * w_us)
         )
-        devices.append(DeviceStats(dev, props, resident, estimated, busy, samples[dev], low))
+        devices.append(DeviceStats(
+            dev, props, resident, estimated, ratio, samples[dev], low,
+            busy_time=busy, resident_time=resident_time[dev] if resident is not None else None,
+            longest_kernel=longest[dev],
+        ))
     return WindowAnalysis(
         path=trace.path,
         window=window,
@@ -486,19 +522,5 @@ def _kernel_stats(device: int, name: str, acc: _KernelAcc, w_us: float) -> Kerne
         reported_warps_per_sm_min=acc.reported_min,
         main_limiter=limiter,
         artifacts={k: acc.artifacts[k] for k in ARTIFACT_KINDS if acc.artifacts.get(k)},
+        weighted_sums={f: acc.sums[f][0] for f in _MEANS if acc.sums[f][1] > 0},
     )
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total = 0.0
-    cur_start = cur_end = None
-    for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None and cur_start is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        elif end > cur_end:
-            cur_end = end
-    if cur_end is not None and cur_start is not None:
-        total += cur_end - cur_start
-    return total

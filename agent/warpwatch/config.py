@@ -74,6 +74,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", "int", 9946, "HTTP port (0 picks a free one and logs it)"),
     Setting("period", "duration", 60.0, "time between the starts of two capture windows"),
     Setting("window", "duration", 1.0, "length of one capture window"),
+    Setting("adaptive_window", "bool", False,
+            "probe with longer windows now and then, and lengthen the window when kernels comparable to it "
+            "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)"),
     Setting("jitter", "duration", 5.0, "random delay added to each window's start, spreads agents apart"),
     Setting("top_kernels", "int", 50, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
     Setting("log_level", "choice", "info", "log level", choices=("debug", "info", "warning", "error")),
@@ -112,6 +115,7 @@ class Config:
     port: int = 9946
     period: float = 60.0
     window: float = 1.0
+    adaptive_window: bool = False
     jitter: float = 5.0
     top_kernels: int = 50
     log_level: str = "info"

@@ -8,22 +8,19 @@ Gauges describe, per GPU, the last round that had kernel launches on that GPU; t
 series of that GPU are replaced as a whole, so kernels that disappeared are gone. A failed or
 empty window changes no gauge. `_total` counters accumulate over all windows and never go back.
 
-Merging windows of one round that cover the same `gpu` label (several processes or ranks, or
-several files of one process):
+Counters of corrected window sums (docs/metrics.md, "Aggregation over time and across pods"):
+`pooling.round_sums` gives each round's increments per GPU and kernel; they are added to
+`warpwatch_gpu_*_seconds_total` and `warpwatch_kernel_*_total`. Dashboards divide rates of these.
+A kernel has its own label while it is in its GPU's stable top-K (`pooling.StableTopK`); the
+rest add up under `kernel="other"`, so a GPU's kernel seconds, `other` included, add up to its
+total corrected kernel time whatever the membership. Prometheus counts an increase only from a
+series' first sample, so every series is first published at 0: the round in which a GPU is first
+seen only creates its series (its sums are not counted, for numerators and denominators alike),
+and a kernel admitted to the top-K counts under `other` in the round of its admission.
 
-1. windows of the same process (same source, labels and rank) are pooled over time: rates
-   (`time_share`, `launch_rate`, GPU busy / resident warps / estimated occupancy) become
-   sum(rate_i * W_i) / sum(W_i) over that process's windows that saw the GPU (a window that
-   saw the GPU but not the kernel counts 0 for the kernel);
-2. different processes on the same `gpu` ran side by side, so their rates add up (GPU busy
-   ratio and estimated occupancy capped at 1, resident warps at the SM maximum);
-3. per-kernel averages (warps per SM, occupancy, waves) are GPU-time-weighted means; the
-   reported minimum is the minimum; counts add up.
-
-A single window is exported exactly as analysed. Folding into `kernel="other"` uses the rules
-of step 2-3: the top `top_kernels` kernels by corrected GPU time keep their label; the rest
-are summed (time share, launch rate) or GPU-time-averaged (everything else) into `other`, and
-`warpwatch_kernels_folded_total{gpu}` counts how many were folded.
+Gauges describe the last round (for "now" tables): `pooling.merge_round` merges the round's
+windows per GPU, and the top-K members keep their label (the rest fold into `other`;
+`warpwatch_kernels_folded_total{gpu}` counts them).
 
 `warpwatch_errors_total{stage,reason}` counts the faults the agent survived; its label values are
 the fixed set `FAULTS`, all exported from the start (at 0) so that `rate()` sees the first one.
@@ -32,9 +29,10 @@ the fixed set `FAULTS`, all exported from the start (at 0) so that `rate()` sees
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -47,9 +45,10 @@ from . import __version__
 from . import metricdefs as md
 from .capture import Outcome
 from .labels import KernelNamer, label_text, name_text
-from .model import DeviceProperties, DeviceStats, KernelStats, WindowAnalysis
+from .model import DeviceProperties, WindowAnalysis
+from .pooling import MEANS, OTHER, GpuRound, GpuSums, KernelSums, StableTopK, fold, merge_round, round_sums
 
-OTHER = "other"
+__all__ = ["OTHER", "Snapshot", "SnapshotBuilder", "SnapshotCollector", "WindowResult"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "failed", "timed_out")
 FAULTS: tuple[tuple[str, str], ...] = (
     ("capture", "timed_out"),  # a source's window timed out, or its capture() did not return
@@ -75,8 +74,15 @@ DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""
 
-_RATES = ("time_share", "launch_rate")
-_MEANS = ("warps_per_sm", "resident_warps_per_sm", "theoretical_occupancy", "estimated_occupancy", "waves_per_sm")
+GPU_COUNTERS: tuple[md.MetricDef, ...] = (
+    md.GPU_OBSERVED_SECONDS, md.GPU_BUSY_SECONDS, md.GPU_RESIDENT_WARPS_SECONDS, md.GPU_EMPTY_SECONDS,
+    md.GPU_LOW_CONFIDENCE_SECONDS,
+)
+"""The per-GPU counters, in the order of `Snapshot.gpu_counters` values."""
+KERNEL_COUNTERS: tuple[md.MetricDef, ...] = (
+    md.KERNEL_SECONDS, md.KERNEL_LAUNCHES_ESTIMATED, *(md.KERNEL_MEAN_SECONDS[f] for f in MEANS),
+)
+"""The per-kernel sum counters, in the order of `Snapshot.kernel_counters` values."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +111,8 @@ class GpuSample:
     resident_warps_per_sm: float | None = None
     estimated_occupancy: float | None = None
     busy_ratio: float | None = None
+    longest_kernel_ratio: float | None = None
+    low_confidence: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +182,12 @@ class Snapshot:
     processing: HistogramState = field(default_factory=HistogramState)
     last_window_timestamp: float | None = None
     capture_duty: float | None = None
+    capture_period: float | None = None
+    capture_window: float | None = None
+    gpu_counters: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    """(gpu, values in `GPU_COUNTERS` order)."""
+    kernel_counters: tuple[tuple[str, str, tuple[float, ...]], ...] = ()
+    """(gpu, kernel, values in `KERNEL_COUNTERS` order)."""
     version: str = __version__
 
 
@@ -210,6 +224,8 @@ _GPU_GAUGES: tuple[tuple[md.MetricDef, str], ...] = (
     (md.GPU_RESIDENT_WARPS_PER_SM, "resident_warps_per_sm"),
     (md.GPU_ESTIMATED_OCCUPANCY, "estimated_occupancy"),
     (md.GPU_BUSY, "busy_ratio"),
+    (md.GPU_LONGEST_KERNEL_RATIO, "longest_kernel_ratio"),
+    (md.GPU_LOW_CONFIDENCE, "low_confidence"),
 )
 
 
@@ -252,7 +268,17 @@ class SnapshotCollector:
             for g in s.gpus:
                 value = getattr(g, attr)
                 if value is not None:
-                    fam.add_metric([g.gpu], value)
+                    fam.add_metric([g.gpu], float(value))
+            yield fam
+        for i, mdef in enumerate(GPU_COUNTERS):
+            fam = _simple(mdef)
+            for gpu, values in s.gpu_counters:
+                fam.add_metric([gpu], values[i])
+            yield fam
+        for i, mdef in enumerate(KERNEL_COUNTERS):
+            fam = _simple(mdef)
+            for gpu, kernel, values in s.kernel_counters:
+                fam.add_metric([gpu, kernel], values[i])
             yield fam
         fam = _simple(md.GPU_INFO)
         for info in s.gpu_info:
@@ -282,6 +308,11 @@ class SnapshotCollector:
         if s.capture_duty is not None:
             fam.add_metric([], s.capture_duty)
         yield fam
+        for mdef, value in ((md.CAPTURE_PERIOD, s.capture_period), (md.CAPTURE_WINDOW, s.capture_window)):
+            fam = _simple(mdef)
+            if value is not None:
+                fam.add_metric([], value)
+            yield fam
         fam = _simple(md.KERNELS_FOLDED)
         for gpu, count in s.kernels_folded:
             fam.add_metric([gpu], count)
@@ -301,161 +332,6 @@ class SnapshotCollector:
         fam = _simple(md.BUILD_INFO)
         fam.add_metric([s.version], 1.0)
         yield fam
-
-
-# ---------------------------------------------------------------------------------------------
-# Merging and folding (pure functions over the analysis types)
-
-
-def _weighted_mean(pairs: Iterable[tuple[float | None, float]]) -> float | None:
-    """sum(w*x)/sum(w) over known x; plain mean when every weight is 0; None when nothing is known."""
-    known = [(x, w) for x, w in pairs if x is not None]
-    if not known:
-        return None
-    den = sum(w for _, w in known)
-    if den > 0:
-        return sum(x * w for x, w in known) / den
-    return sum(x for x, _ in known) / len(known)
-
-
-def _scaled_sum(pairs: Iterable[tuple[float | None, float]]) -> float | None:
-    """sum(f*x) over known x; None when nothing is known."""
-    known = [(x, f) for x, f in pairs if x is not None]
-    if not known:
-        return None
-    return sum(x * f for x, f in known)
-
-
-def combine_kernels(parts: Sequence[tuple[KernelStats, float]], *, device: int, name: str) -> KernelStats:
-    """One `KernelStats` from several: rates are sum(factor * rate), averages GPU-time-weighted,
-    counts summed, reported minimum the minimum. A single part with factor 1 is returned as is."""
-    if len(parts) == 1 and parts[0][1] == 1.0:
-        only = parts[0][0]
-        return only if (only.device, only.name) == (device, name) else replace(only, device=device, name=name)
-    artifacts: dict[str, int] = defaultdict(int)
-    for k, _ in parts:
-        for kind, n in k.artifacts.items():
-            artifacts[kind] += n
-    reported = [k.reported_warps_per_sm_min for k, _ in parts if k.reported_warps_per_sm_min is not None]
-    heaviest = max(parts, key=lambda p: p[0].gpu_time)[0]
-    means = {f: _weighted_mean((getattr(k, f), k.gpu_time) for k, _ in parts) for f in _MEANS}
-    return KernelStats(
-        device=device,
-        name=name,
-        samples=sum(k.samples for k, _ in parts),
-        launches=sum(k.launches for k, _ in parts),
-        launch_rate=_scaled_sum((k.launch_rate, f) for k, f in parts),
-        gpu_time=sum(k.gpu_time for k, _ in parts),
-        time_share=_scaled_sum((k.time_share, f) for k, f in parts),
-        reported_warps_per_sm_min=min(reported) if reported else None,
-        main_limiter=heaviest.main_limiter,
-        artifacts=dict(artifacts),
-        **means,
-    )
-
-
-def combine_devices(
-    parts: Sequence[tuple[DeviceStats, float]], *, device: int, cap: bool
-) -> DeviceStats:
-    """One `DeviceStats` from several: rates are sum(factor * rate) (capped at 1 / at the SM's
-    maximum warps when `cap`). A single part with factor 1 is returned as is."""
-    if len(parts) == 1 and parts[0][1] == 1.0:
-        return parts[0][0]
-    props = next((d.properties for d, _ in parts if d.properties is not None), None)
-    resident = _scaled_sum((d.resident_warps_per_sm, f) for d, f in parts)
-    estimated = _scaled_sum((d.estimated_occupancy, f) for d, f in parts)
-    busy = _scaled_sum((d.busy_ratio, f) for d, f in parts)
-    if cap:
-        if resident is not None and props is not None and props.max_warps_per_sm > 0:
-            resident = min(resident, float(props.max_warps_per_sm))
-        estimated = None if estimated is None else min(estimated, 1.0)
-        busy = None if busy is None else min(busy, 1.0)
-    return DeviceStats(
-        device=device,
-        properties=props,
-        resident_warps_per_sm=resident,
-        estimated_occupancy=estimated,
-        busy_ratio=busy,
-        samples=sum(d.samples for d, _ in parts),
-        low_confidence=any(d.low_confidence for d, _ in parts),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRound:
-    """What one round says about one GPU: merged device and kernel statistics."""
-
-    device: DeviceStats
-    kernels: tuple[KernelStats, ...]
-    """Sorted by GPU time, descending."""
-
-
-def _gpus_of(analysis: WindowAnalysis) -> set[int]:
-    return {d.device for d in analysis.devices} | {k.device for k in analysis.kernels}
-
-
-def _pool_process(windows: Sequence[WindowAnalysis]) -> dict[int, GpuRound]:
-    """Step 1 of the module doc: one process's windows pooled over time, per GPU over the
-    windows that saw that GPU (so that files of several unnamed processes, one GPU each, are
-    not diluted by each other)."""
-    out: dict[int, GpuRound] = {}
-    for gpu in sorted(set().union(*(_gpus_of(w) for w in windows))):
-        covering = [w for w in windows if gpu in _gpus_of(w)]
-        durations = [max(w.window.duration, 0.0) for w in covering]
-        total = sum(durations)
-        share = [d / total if total > 0 else 1.0 / len(covering) for d in durations]
-        factors = [1.0] if len(covering) == 1 else share  # one window: exported exactly as analysed
-        devs: list[tuple[DeviceStats, float]] = []
-        kers: dict[str, list[tuple[KernelStats, float]]] = defaultdict(list)
-        for analysis, factor in zip(covering, factors, strict=True):
-            devs.extend((d, factor) for d in analysis.devices if d.device == gpu)
-            for k in analysis.kernels:
-                if k.device == gpu:
-                    kers[k.name].append((k, factor))
-        kernels = [combine_kernels(parts, device=gpu, name=name) for name, parts in kers.items()]
-        if devs:
-            device = combine_devices(devs, device=gpu, cap=True)
-        else:
-            device = DeviceStats(gpu, None, None, None, None, sum(k.samples for k in kernels), True)
-        out[gpu] = GpuRound(device, tuple(_by_gpu_time(kernels)))
-    return out
-
-
-def _by_gpu_time(kernels: Iterable[KernelStats]) -> list[KernelStats]:
-    return sorted(kernels, key=lambda k: (-k.gpu_time, k.name))
-
-
-def merge_round(windows: Sequence[tuple[str, WindowAnalysis]]) -> dict[int, GpuRound]:
-    """Merge one round's analyses, each tagged with its process identity, per GPU (module doc)."""
-    by_process: dict[str, list[WindowAnalysis]] = defaultdict(list)
-    for process, analysis in windows:
-        by_process[process].append(analysis)
-    pooled = [_pool_process(ws) for _, ws in sorted(by_process.items())]
-    out: dict[int, GpuRound] = {}
-    for gpu in sorted({g for p in pooled for g in p}):
-        rounds = [p[gpu] for p in pooled if gpu in p]
-        if len(rounds) == 1:
-            out[gpu] = rounds[0]
-            continue
-        device = combine_devices([(r.device, 1.0) for r in rounds], device=gpu, cap=True)
-        kers: dict[str, list[tuple[KernelStats, float]]] = defaultdict(list)
-        for r in rounds:
-            for k in r.kernels:
-                kers[k.name].append((k, 1.0))
-        kernels = [combine_kernels(parts, device=gpu, name=name) for name, parts in kers.items()]
-        out[gpu] = GpuRound(device, tuple(_by_gpu_time(kernels)))
-    return out
-
-
-def fold_top_k(kernels: Sequence[KernelStats], k: int) -> tuple[list[KernelStats], KernelStats | None, int]:
-    """The top `k` kernels by GPU time, the rest combined into one `other` entry, and how many
-    were folded. `kernels` must be sorted by GPU time, descending."""
-    top = list(kernels[:k])
-    rest = kernels[k:]
-    if not rest:
-        return top, None, 0
-    other = combine_kernels([(x, 1.0) for x in rest], device=rest[0].device, name=OTHER)
-    return top, other, len(rest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,6 +370,26 @@ class _LruCounter:
         return sorted(self._values.items())
 
 
+class _LruSums:
+    """Like `_LruCounter`, with a vector of counter values per key (updated together)."""
+
+    def __init__(self, limit: int, width: int) -> None:
+        self._limit = limit
+        self._width = width
+        self._values: OrderedDict[tuple[str, ...], list[float]] = OrderedDict()
+
+    def add(self, key: tuple[str, ...], values: Sequence[float]) -> None:
+        row = self._values.setdefault(key, [0.0] * self._width)
+        for i, v in enumerate(values):
+            row[i] += v
+        self._values.move_to_end(key)
+        while len(self._values) > self._limit:
+            self._values.popitem(last=False)
+
+    def items(self) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
+        return [(k, tuple(v)) for k, v in sorted(self._values.items())]
+
+
 def _info_of(gpu: str, props: DeviceProperties) -> GpuInfo:
     return GpuInfo(gpu, label_text(props.name), label_text(props.compute_capability), str(props.num_sms),
                    props.vendor, label_text(props.uuid or ""))
@@ -510,12 +406,17 @@ class SnapshotBuilder:
         *,
         top_kernels: int,
         capture_duty: float | None = None,
+        capture_period: float | None = None,
+        capture_window: float | None = None,
         namer: KernelNamer | None = None,
         version: str = __version__,
         max_counter_series: int = MAX_COUNTER_SERIES,
     ) -> None:
         self.top_kernels = top_kernels
         self.capture_duty = capture_duty
+        self.capture_period = capture_period
+        self.capture_window = capture_window
+        """The window the agent asks for now; the service updates it when it adapts (`--adaptive-window`)."""
         self.namer = namer or KernelNamer()
         self.version = version
         self._windows: dict[str, float] = dict.fromkeys(OUTCOMES, 0.0)
@@ -529,6 +430,11 @@ class SnapshotBuilder:
         self._launches = _LruCounter(max_counter_series)
         self._artifacts = _LruCounter(max_counter_series)
         self._folded: dict[str, float] = {}
+        self._used: dict[str, frozenset[int]] = {}
+        """GPUs each traced process has run kernels on (pooling: what a window observes)."""
+        self._top: dict[int, StableTopK] = {}
+        self._gpu_totals: dict[int, list[float]] = {}
+        self._kernel_totals = _LruSums(max_counter_series, len(KERNEL_COUNTERS))
         self._nvml_up = False
         self._nvml: tuple[NvmlSample, ...] = ()
         self._nvml_info: dict[str, GpuInfo] = {}
@@ -551,15 +457,55 @@ class SnapshotBuilder:
     # -- gauges and per-kernel counters of a round's analysed windows
 
     def apply_round(self, results: Sequence[WindowResult]) -> None:
-        """Merge the round's analysed windows per GPU and replace those GPUs' gauges."""
+        """Add the round's analysed windows (ok and empty) to the counters; replace the gauges of
+        the GPUs on which the round captured kernels."""
         analysed = [(r.process, r.analysis) for r in results
-                    if r.analysis is not None and r.outcome == "ok"]
-        for gpu, merged in merge_round(analysed).items():
-            self._apply_gpu(gpu, merged)
+                    if r.analysis is not None and r.outcome in ("ok", "empty")]
+        sums, self._used = round_sums(analysed, self._used)
+        merged = merge_round([(p, a) for p, a in analysed if a.launch_count > 0])
+        for gpu in sorted(sums.keys() | merged.keys()):
+            top = self._top.setdefault(gpu, StableTopK(self.top_kernels))
+            gpu_sums = sums.get(gpu, GpuSums())
+            members, admitted = top.update({name: k.seconds for name, k in gpu_sums.kernels.items()})
+            for k in merged[gpu].kernels if gpu in merged else ():
+                if k.name in members:
+                    self.namer(k.name)  # labels are given in order of GPU time (names.KernelNamer)
+            self._count(gpu, gpu_sums, members, admitted)
+            if gpu in merged:
+                self._apply_gpu(gpu, merged[gpu], members, gpu_sums)
 
-    def _apply_gpu(self, gpu: int, merged: GpuRound) -> None:
+    def _count(self, gpu: int, sums: GpuSums, members: frozenset[str], admitted: frozenset[str]) -> None:
+        """Add one round's sums of `gpu` to its counters (module doc: series start at 0)."""
         label = str(gpu)
-        top, other, folded = fold_top_k(merged.kernels, self.top_kernels)
+        zero = [0.0] * len(KERNEL_COUNTERS)
+        if gpu not in self._gpu_totals:
+            self._gpu_totals[gpu] = [0.0] * len(GPU_COUNTERS)
+            for name in chain(sorted(members), (OTHER,)):
+                self._kernel_totals.add((label, self._label(name)), zero)
+                self._launches.add((label, self._label(name)), 0.0)
+            return
+        totals = self._gpu_totals[gpu]
+        for i, v in enumerate((sums.observed, sums.busy, sums.resident_warps, sums.empty, sums.low_confidence)):
+            totals[i] += v
+        by_label: dict[str, KernelSums] = {}
+        for name, k in sums.kernels.items():
+            label_name = self._label(name) if name in members and name not in admitted else OTHER
+            by_label.setdefault(label_name, KernelSums()).merge(k)
+        for name in admitted:
+            self._kernel_totals.add((label, self._label(name)), zero)
+            self._launches.add((label, self._label(name)), 0.0)
+        for name, k in by_label.items():
+            self._kernel_totals.add((label, name), (k.seconds, k.launches, *(k.x_seconds[f] for f in MEANS)))
+            self._launches.add((label, name), float(k.samples))
+            for kind, n in k.artifacts.items():
+                self._artifacts.add((label, name, kind), float(n))
+
+    def _label(self, name: str) -> str:
+        return OTHER if name == OTHER else self.namer(name)
+
+    def _apply_gpu(self, gpu: int, merged: GpuRound, members: frozenset[str], sums: GpuSums) -> None:
+        label = str(gpu)
+        top, other, folded = fold(merged.kernels, members)
         rows: list[KernelSample] = []
         entries = [(self.namer(k.name), k) for k in top]
         self._kernel_names[gpu] = tuple((label, str(gpu), name_text(k.name)) for label, k in entries)
@@ -577,12 +523,10 @@ class SnapshotBuilder:
                 launch_rate=k.launch_rate,
                 reported_warps_per_sm_min=k.reported_warps_per_sm_min,
             ))
-            self._launches.add((label, name), float(k.samples))
-            for kind, n in k.artifacts.items():
-                self._artifacts.add((label, name, kind), float(n))
         self._gpu_kernels[gpu] = tuple(rows)
         d = merged.device
-        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, d.estimated_occupancy, d.busy_ratio)
+        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, d.estimated_occupancy, d.busy_ratio,
+                                           sums.longest_ratio, d.low_confidence)
         if d.properties is not None:
             self._trace_info[gpu] = _info_of(label, d.properties)
         self._folded[label] = self._folded.get(label, 0.0) + folded
@@ -621,6 +565,10 @@ class SnapshotBuilder:
             processing=self._histogram,
             last_window_timestamp=self._last_ts,
             capture_duty=self.capture_duty,
+            capture_period=self.capture_period,
+            capture_window=self.capture_window,
+            gpu_counters=tuple((str(g), tuple(self._gpu_totals[g])) for g in sorted(self._gpu_totals)),
+            kernel_counters=tuple((k[0], k[1], v) for k, v in self._kernel_totals.items()),
             version=self.version,
         )
 

@@ -69,14 +69,16 @@ PROFILER_ARTIFACTS = MetricDef(
     ("gpu", "kernel", "artifact"))
 GPU_RESIDENT_WARPS_PER_SM = MetricDef(
     "warpwatch_gpu_resident_warps_per_sm", "gauge",
-    "Time-averaged resident warps per SM over the last window, all kernels (capped at the SM maximum).",
+    "Time-averaged resident warps per SM over the last window, all kernels (sampling-corrected, not "
+    "capped).",
     GPU)
 GPU_ESTIMATED_OCCUPANCY = MetricDef(
     "warpwatch_gpu_estimated_occupancy_ratio", "gauge",
     "Time-averaged estimated occupancy of the GPU over the last window, 0..1.", GPU)
 GPU_BUSY = MetricDef(
     "warpwatch_gpu_busy_ratio", "gauge",
-    "Share of the last window with at least one kernel running (sampling-corrected), 0..1.", GPU)
+    "Share of the last window with at least one kernel running (sampling-corrected, not capped: one "
+    "window may read above 1).", GPU)
 GPU_INFO = MetricDef(
     "warpwatch_gpu_info", "gauge",
     "Device seen in the last window's trace or by NVML; value 1. `vendor` is nvidia or amd; `uuid` the "
@@ -118,6 +120,82 @@ NVML_UP = MetricDef(
 BUILD_INFO = MetricDef(
     "warpwatch_build_info", "gauge", "warpwatch build; value 1.", ("version",))
 
+
+# -- Counters of corrected window sums (docs/metrics.md, "Aggregation over time and across pods").
+# Divide rates of these, never average the gauges above over time or pods.
+GPU_OBSERVED_SECONDS = MetricDef(
+    "warpwatch_gpu_observed_seconds", "counter",
+    "Capture-window time during which a traced process using this GPU was watched: W for every "
+    "window, empty ones included; the denominator of every time share, busy and occupancy.",
+    GPU, unit="seconds")
+GPU_BUSY_SECONDS = MetricDef(
+    "warpwatch_gpu_busy_seconds", "counter",
+    "Estimated time with at least one kernel running (sampling-corrected busy ratio x W), summed over "
+    "windows.", GPU, unit="seconds")
+GPU_RESIDENT_WARPS_SECONDS = MetricDef(
+    "warpwatch_gpu_resident_warps_seconds", "counter",
+    "Sum over kernels of corrected GPU time x resident warps per SM (warp-seconds per SM); divided by "
+    "observed seconds: time-averaged resident warps per SM.", GPU, unit="seconds")
+GPU_EMPTY_SECONDS = MetricDef(
+    "warpwatch_gpu_empty_seconds", "counter",
+    "Observed time in windows that captured no kernel on this GPU (idle, or inside kernels longer "
+    "than the window).", GPU, unit="seconds")
+GPU_LOW_CONFIDENCE_SECONDS = MetricDef(
+    "warpwatch_gpu_low_confidence_seconds", "counter",
+    "Observed time in windows whose statistics for this GPU are low-confidence (estimated bounds, "
+    "a captured kernel of at least half the window, more than 4 kernels at once).", GPU, unit="seconds")
+KERNEL_SECONDS = MetricDef(
+    "warpwatch_kernel_seconds", "counter",
+    "Corrected GPU time of the kernel (sum of h*d), over all windows.", KERNEL, unit="seconds")
+KERNEL_LAUNCHES_ESTIMATED = MetricDef(
+    "warpwatch_kernel_launches_estimated", "counter",
+    "Corrected launch count of the kernel (sum of h), over all windows.", KERNEL)
+KERNEL_WARPS_PER_SM_SECONDS = MetricDef(
+    "warpwatch_kernel_warps_per_sm_seconds", "counter",
+    "Sum of h*d*warps_per_sm: divided by warpwatch_kernel_seconds_total, the kernel's mean.", KERNEL,
+    unit="seconds")
+KERNEL_RESIDENT_WARPS_PER_SM_SECONDS = MetricDef(
+    "warpwatch_kernel_resident_warps_per_sm_seconds", "counter",
+    "Sum of h*d*resident_warps_per_sm: divided by warpwatch_kernel_seconds_total, the kernel's mean.",
+    KERNEL, unit="seconds")
+KERNEL_THEORETICAL_OCCUPANCY_SECONDS = MetricDef(
+    "warpwatch_kernel_theoretical_occupancy_seconds", "counter",
+    "Sum of h*d*theoretical_occupancy: divided by warpwatch_kernel_seconds_total, the kernel's mean.",
+    KERNEL, unit="seconds")
+KERNEL_ESTIMATED_OCCUPANCY_SECONDS = MetricDef(
+    "warpwatch_kernel_estimated_occupancy_seconds", "counter",
+    "Sum of h*d*estimated_occupancy: divided by warpwatch_kernel_seconds_total, the kernel's mean.",
+    KERNEL, unit="seconds")
+KERNEL_WAVES_PER_SM_SECONDS = MetricDef(
+    "warpwatch_kernel_waves_per_sm_seconds", "counter",
+    "Sum of h*d*waves_per_sm: divided by warpwatch_kernel_seconds_total, the kernel's mean.", KERNEL,
+    unit="seconds")
+KERNEL_MEAN_SECONDS: dict[str, MetricDef] = {
+    "warps_per_sm": KERNEL_WARPS_PER_SM_SECONDS,
+    "resident_warps_per_sm": KERNEL_RESIDENT_WARPS_PER_SM_SECONDS,
+    "theoretical_occupancy": KERNEL_THEORETICAL_OCCUPANCY_SECONDS,
+    "estimated_occupancy": KERNEL_ESTIMATED_OCCUPANCY_SECONDS,
+    "waves_per_sm": KERNEL_WAVES_PER_SM_SECONDS,
+}
+"""Per mean field of the analysis, its Σh·d·x counter."""
+
+# -- Coverage: is the window long enough for the workload?
+GPU_LONGEST_KERNEL_RATIO = MetricDef(
+    "warpwatch_gpu_longest_kernel_window_ratio", "gauge",
+    "Longest kernel captured on this GPU in the last round, as a share of its window's length. Near "
+    "or above 0.5, kernels comparable to the window are sampled poorly and longer ones not at all.", GPU)
+GPU_LOW_CONFIDENCE = MetricDef(
+    "warpwatch_gpu_low_confidence", "gauge",
+    "1 when the last round's statistics for this GPU are low-confidence, else 0.", GPU)
+CAPTURE_PERIOD = MetricDef(
+    "warpwatch_capture_period_seconds", "gauge",
+    "Configured time between capture rounds (--period); staleness alerts are multiples of it.",
+    unit="seconds")
+CAPTURE_WINDOW = MetricDef(
+    "warpwatch_capture_window_seconds", "gauge",
+    "Capture window the agent asks its sources for now (--window; lengthened by --adaptive-window).",
+    unit="seconds")
+
 ALL: tuple[MetricDef, ...] = (
     KERNEL_WARPS_PER_SM, KERNEL_RESIDENT_WARPS_PER_SM, KERNEL_THEORETICAL_OCCUPANCY,
     KERNEL_ESTIMATED_OCCUPANCY, KERNEL_WAVES_PER_SM, KERNEL_TIME_SHARE, KERNEL_LAUNCH_RATE,
@@ -125,6 +203,11 @@ ALL: tuple[MetricDef, ...] = (
     GPU_RESIDENT_WARPS_PER_SM, GPU_ESTIMATED_OCCUPANCY, GPU_BUSY, GPU_INFO, KERNEL_INFO,
     WINDOWS, ERRORS, WINDOW_PROCESSING, LAST_WINDOW_TIMESTAMP, CAPTURE_DUTY, KERNELS_FOLDED,
     NVML_SM_OCCUPANCY, NVML_GPU_UTILIZATION, NVML_UP, BUILD_INFO,
+    GPU_OBSERVED_SECONDS, GPU_BUSY_SECONDS, GPU_RESIDENT_WARPS_SECONDS, GPU_EMPTY_SECONDS,
+    GPU_LOW_CONFIDENCE_SECONDS, KERNEL_SECONDS, KERNEL_LAUNCHES_ESTIMATED, KERNEL_WARPS_PER_SM_SECONDS,
+    KERNEL_RESIDENT_WARPS_PER_SM_SECONDS, KERNEL_THEORETICAL_OCCUPANCY_SECONDS,
+    KERNEL_ESTIMATED_OCCUPANCY_SECONDS, KERNEL_WAVES_PER_SM_SECONDS, GPU_LONGEST_KERNEL_RATIO,
+    GPU_LOW_CONFIDENCE, CAPTURE_PERIOD, CAPTURE_WINDOW,
 )
 
 

@@ -143,8 +143,6 @@ class TraceWindow:
     t0: float
     t1: float
     bounds: Literal["trace_span", "requested", "estimated", "none"]
-    clipped: bool = False
-    """True when the producer keeps and clips straddling activities instead of dropping them."""
 
     @property
     def duration(self) -> float:
@@ -208,6 +206,9 @@ class KernelStats:
     reported_warps_per_sm_min: float | None
     main_limiter: str | None
     artifacts: dict[str, int] = field(default_factory=dict)
+    weighted_sums: dict[str, float] = field(default_factory=dict)
+    """Per mean field x: Σh·d·x over the launches where x is known (µs·x); the numerators of the
+    means above, which the exporter accumulates as `_seconds_total` counters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +222,12 @@ class DeviceStats:
     busy_ratio: float | None
     samples: int
     low_confidence: bool
+    busy_time: float | None = None
+    """Estimated time (µs) with at least one kernel running: busy_ratio·W, not capped."""
+    resident_time: float | None = None
+    """Σh·d·resident_warps_per_sm over the launches where it is known (µs·warps)."""
+    longest_kernel: float = 0.0
+    """Longest captured launch (µs): near W, the window is too short for the workload."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from . import __version__
 from .analysis import analyze
 from .capture import CapturedWindow, Outcome, Source, capture_overhead_s
 from .capture.confine import RefusedFile, open_confined
-from .config import Config, add_arguments, describe, load_config
+from .config import MAX_DUTY, Config, add_arguments, describe, load_config
 from .errors import TraceError, WarpwatchError
 from .export import Fault, GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
 from .logs import RepeatFilter, configure, event, limited_event
@@ -63,6 +63,7 @@ from .model import DeviceProperties
 from .nvml import Nvml, NvmlReading
 from .trace import load_gpu_properties, read_trace
 from .webconfig import WebConfig, authorize, load_web_config, secure_server
+from .windowplan import WindowPlanner, agent_chooses_window
 
 log = logging.getLogger("warpwatch.service")
 
@@ -182,7 +183,11 @@ class Service:
         PlatformCollector(registry=self.self_registry)
         GCCollector(registry=self.self_registry)
         self._rendered: dict[str, tuple[Snapshot, bytes]] = {}
-        self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty)
+        self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty,
+                                       capture_period=config.period, capture_window=config.window)
+        self.planner = (WindowPlanner(config.window, config.period, max(MAX_DUTY, config.duty))
+                        if config.adaptive_window else None)
+        """--adaptive-window: each round's window (windowplan)."""
         self.collector.publish(self.builder.snapshot())
         self._gpu_properties: dict[int, DeviceProperties] | None = None
         self._server: ThreadingHTTPServer | None = None
@@ -407,7 +412,17 @@ class Service:
             self.builder.record(result, self.clock())
             results.append(result)
         self.builder.apply_round(results)
+        self._adapt_window(results)
         self._publish_nvml(reading)
+
+    def _adapt_window(self, results: Sequence[WindowResult]) -> None:
+        """--adaptive-window: lengthen the window after a round that captured long kernels."""
+        longest = max((d.longest_kernel / 1e6 for r in results if r.analysis is not None
+                       and agent_chooses_window(r.source) for d in r.analysis.devices), default=0.0)
+        if self.planner is not None and self.planner.observe(longest):
+            self.builder.capture_window = self.planner.window
+            event(log, "window_lengthened", window_s=round(self.planner.window, 6),
+                  longest_kernel_s=round(longest, 6))
 
     def _check_clock(self) -> None:
         """Count and log a step of the wall clock against the monotonic clock since the last round."""
@@ -435,6 +450,7 @@ class Service:
     def _capture_all(self) -> list[CapturedWindow]:
         """Every source's capture, side by side; a source still busy from an overrun round is skipped."""
         c = self.config
+        window = self.planner.next()[0] if self.planner is not None else c.window
         out: dict[int, list[CapturedWindow]] = {}
         threads: list[threading.Thread] = []
         started: set[int] = set()
@@ -450,7 +466,8 @@ class Service:
 
             def target(i: int = i, src: Source = src) -> None:
                 try:
-                    out[i] = src.capture(c.window, c.collect_timeout)
+                    out[i] = src.capture(window if agent_chooses_window(src.name) else c.window,
+                                         c.collect_timeout)
                 except Exception as exc:
                     out[i] = [CapturedWindow(source=src.name, path=None, outcome="failed",
                                              error=f"{_RAISED}{type(exc).__name__}: {exc}")]
@@ -461,7 +478,7 @@ class Service:
             t = threading.Thread(target=target, name=f"warpwatch-capture-{i}", daemon=True)
             t.start()
             threads.append(t)
-        bound = c.window + c.collect_timeout + CAPTURE_GRACE_S + max(
+        bound = max(window, c.window) + c.collect_timeout + CAPTURE_GRACE_S + max(
             (capture_overhead_s(src) for src in self.sources), default=0.0)
         deadline = time.monotonic() + bound
         for t in threads:

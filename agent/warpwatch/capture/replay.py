@@ -4,7 +4,9 @@ For demos, load tests and end-to-end tests without a GPU. PATH is one trace file
 a folder's trace files (`*.json`, `*.json.gz`, see `dirsource.is_trace_name`) are replayed in
 sorted name order, then again from the start, forever. Each `capture()` returns the next file
 as a fresh window without waiting (the scheduler's period paces the replay) and never deletes
-anything. `requested` is None: the window comes from the trace itself.
+anything. `requested` is None: the window comes from the trace itself. Files named like
+`tensorboard_trace_handler`'s `{worker}.{time_ns}.pt.trace.json[.gz]` are windows of one process
+(`worker`), as in a `dir:` source; any other file is a process of its own.
 
 Files are confined to their folder like a `dir:` source's (`warpwatch.capture.confine`): a
 single file that is refused (a link out of its folder, a FIFO, another user's file) stops the
@@ -24,7 +26,7 @@ from pathlib import Path
 from ..errors import CaptureError
 from . import CapturedWindow
 from .confine import RefusedFile, check
-from .dirsource import is_trace_name
+from .dirsource import is_trace_name, labels_for
 
 
 class ReplaySource:
@@ -73,7 +75,7 @@ class ReplaySource:
                 return []
             path = self._files[self._next % len(self._files)]
             self._next = (self._next + 1) % len(self._files)
-        return [CapturedWindow(source=self.name, path=p, labels={"process": f"replay:{p.name}"})
+        return [CapturedWindow(source=self.name, path=p, labels=labels_for(p.name) or {"process": f"replay:{p.name}"})
                 for p in (*refused, path)]
 
     def close(self) -> None:

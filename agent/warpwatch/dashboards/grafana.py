@@ -1,4 +1,4 @@
-"""Grafana dashboards (JSON) and provisioning files from `definitions.dashboards()`, via grafanalib.
+"""Grafana dashboards (JSON) and provisioning files from `boards.dashboards()`, via grafanalib.
 
 grafanalib still emits a few pre-Grafana-8 shapes (bar gauge `fieldOptions`, schema version 12,
 template `current` values); `_modernise` rewrites those so the JSON is what a current Grafana
@@ -12,15 +12,9 @@ from typing import Any
 
 from grafanalib import core as G
 
-from .definitions import (
-    VARIABLES,
-    DashboardDef,
-    PanelDef,
-    Settings,
-    dashboards,
-    ref_id,
-    variable_selector,
-)
+from .boards import dashboards
+from .panels import VARIABLES, DashboardDef, PanelDef, ref_id, variable_selector
+from .settings import Settings
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39

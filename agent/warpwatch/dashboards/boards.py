@@ -1,0 +1,298 @@
+"""The dashboards: every panel and its query.
+
+Trends and range tables divide rates of the corrected sums (`queries`); the last window's gauges
+appear only in tables titled "now", which say so. Dashboard expressions carry Grafana variables
+(`$namespace`, `$__rate_interval`, ...); `all_queries()` substitutes them so every expression is
+plain PromQL a Prometheus can evaluate.
+"""
+
+from __future__ import annotations
+
+from .. import metricdefs as md
+from . import queries as q
+from .alerts import alerts
+from .health import agent_health, artifacts
+from .panels import (
+    COUNT,
+    GPU_LEGEND,
+    KERNEL_LEGEND,
+    PER_SECOND,
+    PERCENT,
+    VARIABLES,
+    Column,
+    DashboardDef,
+    PanelDef,
+    Query,
+    ref_id,
+    substitute_variables,
+    variable_selector,
+)
+from .settings import DEFAULT_SETTINGS, Scope, Settings, dashboard_series
+
+RATE = "$__rate_interval"
+RANGE = "$__range"
+NOW = "Now (last window)"
+
+
+def _sel(s: Settings, scope: Scope) -> q.Sel:
+    def sel(metric: md.MetricDef) -> str:
+        return dashboard_series(s, metric, scope)
+    return sel
+
+
+def _overview(s: Settings) -> DashboardDef:
+    g = _sel(s, "gpu")
+
+    def gauge(metric: md.MetricDef) -> str:
+        return dashboard_series(s, metric, "gpu")
+
+    return DashboardDef(
+        uid="warpwatch-overview",
+        title="warpwatch / Overview",
+        description="Per GPU: estimated occupancy, resident warps and busy ratio from the traced kernels "
+        "(rates of corrected sums, empty windows included), NVML's view beside them, the kernels that "
+        "take the time, and whether the capture window is long enough for the workload.",
+        variables=("namespace", "pod", "gpu"),
+        panels=(
+            PanelDef(
+                "timeseries", "Estimated occupancy per GPU",
+                "Resident warps per SM / the SM's maximum, averaged over the time the GPU was watched "
+                "(idle and empty windows count as zero): rate of Σ corrected kernel time x estimated "
+                "occupancy over rate of observed seconds.",
+                PERCENT, (Query(q.gpu_occupancy(g, RATE), GPU_LEGEND),), min=0, max=1,
+            ),
+            PanelDef(
+                "timeseries", "Estimated vs NVML GPM SM occupancy",
+                "warpwatch's estimate beside the hardware's SM occupancy (NVML GPM; Hopper and newer "
+                "only, absent elsewhere). They agree when the traced process is the GPU's only user and "
+                "the window holds its kernels.",
+                PERCENT,
+                (
+                    Query(q.gpu_occupancy(g, RATE), GPU_LEGEND + " estimated"),
+                    Query(f"avg_over_time({gauge(md.NVML_SM_OCCUPANCY)}[{RATE}])", GPU_LEGEND + " NVML GPM"),
+                ),
+                min=0, max=1,
+            ),
+            PanelDef(
+                "timeseries", "Resident warps per SM per GPU",
+                "Average warps resident on an SM over the watched time, all kernels and streams together.",
+                COUNT, (Query(q.gpu_ratio(g, md.GPU_RESIDENT_WARPS_SECONDS, RATE), GPU_LEGEND),), min=0,
+            ),
+            PanelDef(
+                "timeseries", "Busy ratio vs NVML utilisation",
+                "Share of the watched time with at least one kernel running (sampling-corrected, "
+                "overlapping streams counted once), beside NVML's GPU utilisation. NVML well above the "
+                "estimate: kernels longer than the window are being missed.",
+                PERCENT,
+                (
+                    Query(q.gpu_ratio(g, md.GPU_BUSY_SECONDS, RATE), GPU_LEGEND + " busy"),
+                    Query(f"avg_over_time({gauge(md.NVML_GPU_UTILIZATION)}[{RATE}])",
+                          GPU_LEGEND + " NVML utilisation"),
+                ),
+                min=0, max=1,
+            ),
+            PanelDef(
+                "bargauge", "Top kernels by time share",
+                "The 10 kernels with the largest share of their GPU's watched time over the selected "
+                "range: rate of the kernel's corrected seconds over rate of the GPU's observed seconds "
+                "(kernels outside the top-K are summed into `other`).",
+                PERCENT,
+                (Query(f"topk(10,\n{q.time_share(g, RANGE)}\n)", "{{kernel}} ({{pod}} GPU {{gpu}})",
+                       instant=True),),
+                height=10, min=0, max=1,
+            ),
+            PanelDef(
+                "timeseries", "Coverage: is the window long enough?",
+                "Share of the watched time in windows that captured no kernel (idle, or inside a kernel "
+                "longer than the window), in low-confidence windows, and the longest captured kernel as "
+                "a share of its window (maximum over each interval). Near 0.5 or above, or empty "
+                "windows while the workload runs: the window is too short (alert "
+                "WarpwatchWindowTooShort).",
+                PERCENT,
+                (
+                    Query(q.gpu_ratio(g, md.GPU_EMPTY_SECONDS, RATE), GPU_LEGEND + " empty windows"),
+                    Query(q.gpu_ratio(g, md.GPU_LOW_CONFIDENCE_SECONDS, RATE), GPU_LEGEND + " low confidence"),
+                    Query(f"max_over_time({gauge(md.GPU_LONGEST_KERNEL_RATIO)}[{RATE}])",
+                          GPU_LEGEND + " longest kernel / window"),
+                ),
+                min=0,
+            ),
+            PanelDef(
+                "table", f"GPUs: {NOW}",
+                "The last round's values per GPU, for a glance at the present only (never average "
+                "them over time: the trends above are built from rates of sums). Device name, compute "
+                "capability, SM count, vendor and UUID from the traces or NVML (the UUID is the key to "
+                "join dcgm-exporter's series: its `gpu` label is another numbering).",
+                "none",
+                (
+                    Query(gauge(md.GPU_BUSY), instant=True, table=True),
+                    Query(gauge(md.GPU_ESTIMATED_OCCUPANCY), instant=True, table=True),
+                    Query(gauge(md.GPU_RESIDENT_WARPS_PER_SM), instant=True, table=True),
+                    Query(gauge(md.GPU_LONGEST_KERNEL_RATIO), instant=True, table=True),
+                    Query(gauge(md.GPU_LOW_CONFIDENCE), instant=True, table=True),
+                    Query(gauge(md.GPU_INFO), instant=True, table=True),
+                ),
+                width=24, height=8,
+                columns=(
+                    Column("A", "Busy (last window)", PERCENT),
+                    Column("B", "Estimated occupancy (last window)", PERCENT),
+                    Column("C", "Resident warps/SM (last window)", COUNT),
+                    Column("D", "Longest kernel / window (last window)", PERCENT),
+                    Column("E", "Low confidence (last window)", COUNT),
+                ),
+                keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms", "vendor", "uuid"),
+            ),
+        ),
+    )
+
+
+def _kernels(s: Settings) -> DashboardDef:
+    k = _sel(s, "kernel")
+
+    def gauge(metric: md.MetricDef) -> str:
+        return dashboard_series(s, metric, "kernel")
+
+    def mean(field: str, rng: str = RATE) -> str:
+        return q.kernel_mean(k, field, rng)
+
+    return DashboardDef(
+        uid="warpwatch-kernels",
+        title="warpwatch / Kernels",
+        description="Per kernel: corrected and reported warps per SM, resident warps, theoretical and "
+        "estimated occupancy, waves, time share and launch rate, each a ratio of rates of corrected sums.",
+        variables=("namespace", "pod", "gpu", "kernel"),
+        panels=(
+            PanelDef(
+                "table", "Kernels over the selected range",
+                "Per kernel over the selected range: duration-weighted means = rate(Σh·d·x) / rate(Σh·d); "
+                "time share and launches per second per second the GPU was watched. 'Reported warps/SM "
+                "(min)' is the profiler's own uncorrected value (negative = artefact).",
+                "none",
+                (
+                    Query(mean("warps_per_sm", RANGE), instant=True, table=True),
+                    Query(f"min_over_time({gauge(md.KERNEL_REPORTED_WARPS_MIN)}[{RANGE}])", instant=True,
+                          table=True),
+                    Query(mean("resident_warps_per_sm", RANGE), instant=True, table=True),
+                    Query(mean("theoretical_occupancy", RANGE), instant=True, table=True),
+                    Query(mean("estimated_occupancy", RANGE), instant=True, table=True),
+                    Query(mean("waves_per_sm", RANGE), instant=True, table=True),
+                    Query(q.time_share(k, RANGE), instant=True, table=True),
+                    Query(q.launch_rate(k, RANGE), instant=True, table=True),
+                ),
+                width=24, height=12,
+                columns=(
+                    Column("A", "Corrected warps/SM", COUNT),
+                    Column("B", "Reported warps/SM (min)", COUNT),
+                    Column("C", "Resident warps/SM", COUNT),
+                    Column("D", "Theoretical occupancy", PERCENT),
+                    Column("E", "Estimated occupancy", PERCENT),
+                    Column("F", "Waves per SM", COUNT),
+                    Column("G", "Time share", PERCENT),
+                    Column("H", "Launches/s", PER_SECOND),
+                ),
+                keep_labels=("namespace", "pod", "gpu", "kernel"),
+                sort_by="Time share",
+            ),
+            PanelDef(
+                "table", "Kernel names",
+                "The full name behind each `kernel` label over the selected range (warpwatch_kernel_info): "
+                "labels are short and stable; a label ending in ~hash was shortened from this name.",
+                "none", (Query(f"max_over_time({gauge(md.KERNEL_INFO)}[{RANGE}])", instant=True, table=True),),
+                width=24, height=8, keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
+            ),
+            PanelDef(
+                "timeseries", "Estimated vs theoretical occupancy",
+                "Estimated (resident warps / SM maximum, waves and tail included) beside theoretical "
+                "(CUDA occupancy calculator) occupancy per kernel, duration-weighted. A gap means partial "
+                "waves.",
+                PERCENT,
+                (
+                    Query(mean("estimated_occupancy"), KERNEL_LEGEND + " estimated"),
+                    Query(mean("theoretical_occupancy"), KERNEL_LEGEND + " theoretical"),
+                ),
+                min=0, max=1,
+            ),
+            PanelDef(
+                "timeseries", "Resident warps per SM",
+                "Average warps resident on an SM while the kernel runs (duration-weighted).",
+                COUNT, (Query(mean("resident_warps_per_sm"), KERNEL_LEGEND),), min=0,
+            ),
+            PanelDef(
+                "timeseries", "Warps per SM (corrected)",
+                "Launched warps per SM, B*ceil(T/warpSize)/SMs: what the profiler's 'warps per SM' "
+                "means, computed right. Not bounded by the SM's capacity (all waves count).",
+                COUNT, (Query(mean("warps_per_sm"), KERNEL_LEGEND),),
+            ),
+            PanelDef(
+                "timeseries", "Waves per SM",
+                "Blocks / (max active blocks per SM x SMs), duration-weighted. Below 1 the GPU is not filled.",
+                COUNT, (Query(mean("waves_per_sm"), KERNEL_LEGEND),), min=0,
+            ),
+            PanelDef(
+                "timeseries", "Time share",
+                "Share of the GPU's watched time spent in the kernel (sampling-corrected; concurrent "
+                "streams add up), empty windows included.",
+                PERCENT, (Query(q.time_share(k, RATE), KERNEL_LEGEND),), min=0,
+            ),
+            PanelDef(
+                "timeseries", "Launches per second",
+                "Kernel launches per second of watched time (sampling-corrected).",
+                PER_SECOND, (Query(q.launch_rate(k, RATE), KERNEL_LEGEND),), min=0,
+            ),
+            PanelDef(
+                "table", f"Kernels: {NOW}",
+                "The last round's values per kernel, for a glance at the present only: one window "
+                "holds few launches of long kernels and none of kernels it missed. Never average these "
+                "over time; the panels above are the trends.",
+                "none",
+                (
+                    Query(gauge(md.KERNEL_TIME_SHARE), instant=True, table=True),
+                    Query(gauge(md.KERNEL_LAUNCH_RATE), instant=True, table=True),
+                    Query(gauge(md.KERNEL_WARPS_PER_SM), instant=True, table=True),
+                    Query(gauge(md.KERNEL_RESIDENT_WARPS_PER_SM), instant=True, table=True),
+                    Query(gauge(md.KERNEL_THEORETICAL_OCCUPANCY), instant=True, table=True),
+                    Query(gauge(md.KERNEL_ESTIMATED_OCCUPANCY), instant=True, table=True),
+                    Query(gauge(md.KERNEL_WAVES_PER_SM), instant=True, table=True),
+                ),
+                width=24, height=8,
+                columns=(
+                    Column("A", "Time share (last window)", PERCENT),
+                    Column("B", "Launches/s (last window)", PER_SECOND),
+                    Column("C", "Warps/SM (last window)", COUNT),
+                    Column("D", "Resident warps/SM (last window)", COUNT),
+                    Column("E", "Theoretical occupancy (last window)", PERCENT),
+                    Column("F", "Estimated occupancy (last window)", PERCENT),
+                    Column("G", "Waves per SM (last window)", COUNT),
+                ),
+                keep_labels=("namespace", "pod", "gpu", "kernel"),
+                sort_by="Time share (last window)",
+            ),
+        ),
+    )
+
+
+def dashboards(s: Settings = DEFAULT_SETTINGS) -> tuple[DashboardDef, ...]:
+    """Every dashboard, in the order they are listed."""
+    return (_overview(s), _kernels(s), artifacts(s), agent_health(s))
+
+
+def all_queries(s: Settings = DEFAULT_SETTINGS, *, substitute: bool = True) -> list[tuple[str, str]]:
+    """(where, expr) for every PromQL expression the dashboards and alerts use.
+
+    `where` reads `dashboard:<uid>/<panel title>/<refId>`, `variable:<uid>/<name>`,
+    `alert:<name>` or `recording:<record>`. With `substitute`, Grafana variables are replaced by plain values.
+    """
+    out: list[tuple[str, str]] = []
+    for dash in dashboards(s):
+        for name in dash.variables:
+            out.append((f"variable:{dash.uid}/{name}", variable_selector(s, VARIABLES[name])))
+        for panel in dash.panels:
+            for i, query in enumerate(panel.queries):
+                out.append((f"dashboard:{dash.uid}/{panel.title}/{ref_id(i)}", query.expr))
+    out.extend((f"alert:{a.name}", a.expr) for a in alerts(s))
+    out.extend((f"recording:{r.record}", r.expr) for r in q.recording_rules(s))
+    if substitute:
+        out = [(where, substitute_variables(expr)) for where, expr in out]
+    return out
+
+

@@ -1,0 +1,237 @@
+"""The profiler-artefacts and agent-health dashboards (counters of events, no estimates to pool)."""
+
+from __future__ import annotations
+
+from .. import metricdefs as md
+from ..model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS
+from . import queries as q
+from .panels import (
+    COUNT,
+    GPU_LEGEND,
+    KERNEL_LEGEND,
+    PER_SECOND,
+    PERCENT,
+    SECONDS,
+    Column,
+    DashboardDef,
+    PanelDef,
+    Query,
+)
+from .settings import FAILING_MATCHER, Settings, dashboard_series
+
+RATE = "$__rate_interval"
+
+
+def _artifact_text() -> str:
+    rows = "\n".join(f"| `{kind}` | {ARTIFACT_EXPLANATIONS[kind]} |" for kind in ARTIFACT_KINDS)
+    return (
+        "### Why is my warps per SM negative?\n\n"
+        "The PyTorch profiler (Kineto) computes `warps per SM` from the grid in 32-bit integers and "
+        "an SM count that can be wrong, so a trace can say `-12345.5` for a perfectly valid launch. "
+        "warpwatch recomputes every value from the launch configuration and counts each launch whose "
+        "reported value is wrong, by kind:\n\n"
+        "| kind | what went wrong |\n|---|---|\n"
+        f"{rows}\n\n"
+        "Only the corrected metrics (`warps per SM (corrected)`, occupancy) feed the other dashboards."
+    )
+
+
+def artifacts(s: Settings) -> DashboardDef:
+    """Where the profiler's own numbers are wrong."""
+    def k(metric: md.MetricDef) -> str:
+        return dashboard_series(s, metric, "kernel")
+
+    arts = k(md.PROFILER_ARTIFACTS)
+    return DashboardDef(
+        uid="warpwatch-artifacts",
+        title="warpwatch / Profiler artefacts",
+        description="Where the profiler's own numbers are wrong, by kind and kernel, and the reported "
+        "warps per SM beside the corrected ones.",
+        variables=("namespace", "pod", "gpu", "kernel"),
+        panels=(
+            PanelDef(
+                "text", "What the artefact kinds mean",
+                "Each kind of profiler artefact warpwatch detects, in one line.",
+                width=8, height=18, content=_artifact_text(),
+            ),
+            PanelDef(
+                "timeseries", "Artefacts by kind",
+                "Launches per second whose profiler-reported values are wrong, by artefact kind.",
+                PER_SECOND,
+                (Query(f"sum by (artifact) (rate({arts}[$__rate_interval]))", "{{artifact}}"),),
+                width=16, height=9, min=0,
+            ),
+            PanelDef(
+                "timeseries", "Artefacts by kernel",
+                "Launches per second with profiler artefacts, by GPU, kernel and kind.",
+                PER_SECOND,
+                (
+                    Query(
+                        f"sum by (gpu, kernel, artifact) (rate({arts}[$__rate_interval]))",
+                        "GPU {{gpu}} {{kernel}}: {{artifact}}",
+                    ),
+                ),
+                width=16, height=9, min=0,
+            ),
+            PanelDef(
+                "timeseries", "Reported vs corrected warps per SM",
+                "Why is my warps per SM negative? The trace's own value (minimum over the launches, "
+                "uncorrected) beside warpwatch's recomputation for the same kernel (duration-weighted mean).",
+                COUNT,
+                (
+                    Query(f"min_over_time({k(md.KERNEL_REPORTED_WARPS_MIN)}[{RATE}])",
+                          KERNEL_LEGEND + " reported (min)"),
+                    Query(q.kernel_mean(k, "warps_per_sm", RATE), KERNEL_LEGEND + " corrected"),
+                ),
+                width=24, height=10,
+            ),
+            PanelDef(
+                "table", "Artefacts in the selected range",
+                "Launches with each artefact kind over the selected range, per kernel.",
+                "none",
+                (
+                    Query(
+                        "sum by (namespace, pod, gpu, kernel, artifact) "
+                        f"(increase({arts}[$__range])) > 0",
+                        instant=True, table=True,
+                    ),
+                ),
+                width=16, height=10,
+                columns=(Column("A", "Launches", COUNT),),
+                keep_labels=("namespace", "pod", "gpu", "kernel", "artifact"),
+                sort_by="Launches",
+            ),
+            PanelDef(
+                "stat", "Artefacts per captured launch",
+                "Artefacts counted over the selected range divided by launches captured; above 100 % "
+                "when launches carry several kinds.",
+                PERCENT,
+                (
+                    Query(
+                        f"(sum(increase({arts}[$__range])) or vector(0))\n  / "
+                        f"sum(increase({k(md.KERNEL_LAUNCHES_OBSERVED)}[$__range]))",
+                        instant=True,
+                    ),
+                ),
+                width=8, height=10,
+            ),
+        ),
+    )
+
+
+def agent_health(s: Settings) -> DashboardDef:
+    """Is the agent capturing and analysing windows."""
+    def a(metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
+        return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
+
+    failing = a(md.WINDOWS, FAILING_MATCHER)
+    quantiles = tuple(
+        Query(
+            f"histogram_quantile({q}, sum by (namespace, pod, le) "
+            f"(rate({a(md.WINDOW_PROCESSING, suffix='_bucket')}[$__rate_interval])))",
+            f"{{{{pod}}}} p{round(q * 100)}",
+        )
+        for q in (0.5, 0.9, 0.99)
+    )
+    return DashboardDef(
+        uid="warpwatch-agent-health",
+        title="warpwatch / Agent health",
+        description="Is the agent capturing and analysing windows: outcomes, faults, processing time, "
+        "duty cycle, folded kernels, last window age, NVML.",
+        variables=("namespace", "pod", "gpu"),
+        panels=(
+            PanelDef(
+                "stat", "Last window age",
+                f"Time since the last window finished (any outcome), in capture periods "
+                f"(`{md.CAPTURE_PERIOD.name}`). Red from {s.stale_periods:g}: alert WarpwatchNoRecentWindow.",
+                COUNT,
+                (Query(f"(time() - {a(md.LAST_WINDOW_TIMESTAMP)})\n  / {a(md.CAPTURE_PERIOD)}", "{{pod}}",
+                       instant=True),),
+                width=8, height=5, thresholds=(("green", None), ("red", s.stale_periods)),
+            ),
+            PanelDef(
+                "stat", "Failing windows",
+                "Share of windows over the selected range that failed or timed out (0 when none did).",
+                PERCENT,
+                (
+                    Query(
+                        f"(\n  sum by (namespace, pod) (increase({failing}[$__range]))\n"
+                        f"  or sum by (namespace, pod) (increase({a(md.WINDOWS)}[$__range])) * 0\n)\n"
+                        f"/ sum by (namespace, pod) (increase({a(md.WINDOWS)}[$__range]))",
+                        "{{pod}}", instant=True,
+                    ),
+                ),
+                width=8, height=5, thresholds=(("green", None), ("red", s.failing_ratio)),
+            ),
+            PanelDef(
+                "stat", "NVML up",
+                "Whether NVML answered at the last sample (GPU utilisation and GPM occupancy need it).",
+                "none", (Query(a(md.NVML_UP), "{{pod}}", instant=True),),
+                width=8, height=5, thresholds=(("red", None), ("green", 1)),
+                mappings=(("0", "down", "red"), ("1", "up", "green")),
+            ),
+            PanelDef(
+                "timeseries", "Windows by outcome",
+                "Capture windows finished per minute, by outcome (ok, empty, failed, timed_out).",
+                "opm",
+                (
+                    Query(
+                        f"sum by (namespace, pod, outcome) (rate({a(md.WINDOWS)}[$__rate_interval])) * 60",
+                        "{{pod}} {{outcome}}",
+                    ),
+                ),
+                min=0,
+            ),
+            PanelDef(
+                "timeseries", "Faults by stage and reason",
+                "Faults the agent survived per minute: failed or timed-out windows by cause, refused "
+                "trace files (links out of the folder, FIFOs, other users' files), NVML errors, wall-clock "
+                "steps, overrun rounds. The agent keeps serving its last good snapshot meanwhile.",
+                "opm",
+                (
+                    Query(
+                        "sum by (namespace, pod, stage, reason) "
+                        f"(rate({a(md.ERRORS)}[$__rate_interval])) * 60 > 0",
+                        "{{pod}} {{stage}}/{{reason}}",
+                    ),
+                ),
+                min=0,
+            ),
+            PanelDef(
+                "timeseries", "Window processing time",
+                "Time to read and analyse one window's trace: median, 90th and 99th percentile.",
+                SECONDS, quantiles, min=0,
+            ),
+            PanelDef(
+                "timeseries", "Capture duty cycle",
+                f"Captured time / wall time (window / period). Bound: {s.max_capture_duty:.0%}.",
+                PERCENT, (Query(a(md.CAPTURE_DUTY), "{{pod}}"),),
+                min=0, thresholds=(("green", None), ("red", s.max_capture_duty)),
+            ),
+            PanelDef(
+                "timeseries", "Capture window and period",
+                "The window the agent asks its sources for (it grows with --adaptive-window) and the "
+                "period between rounds.",
+                SECONDS,
+                (
+                    Query(a(md.CAPTURE_WINDOW), "{{pod}} window"),
+                    Query(a(md.CAPTURE_PERIOD), "{{pod}} period"),
+                ),
+                min=0,
+            ),
+            PanelDef(
+                "timeseries", "Kernels folded into other",
+                "Kernels per second folded into kernel=\"other\" because they fell outside the "
+                "top-K by GPU time; a steady high rate means many small kernels.",
+                PER_SECOND,
+                (
+                    Query(
+                        "sum by (namespace, pod, gpu) "
+                        f"(rate({dashboard_series(s, md.KERNELS_FOLDED, 'gpu')}[$__rate_interval]))",
+                        GPU_LEGEND,
+                    ),
+                ),
+                min=0,
+            ),
+        ),
+    )

@@ -1,0 +1,119 @@
+"""What a dashboard is made of, independent of grafanalib: panels, queries, columns, template
+variables. `boards.py` defines the dashboards with these; `grafana.py` renders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .. import metricdefs as md
+from .settings import DASHBOARD_VARIABLE_DEFAULTS, Scope, Settings, dashboard_series
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One panel query. `instant` asks for a single value; `table` for Grafana's table format."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table column from one query (`Value #<refId>`): its title and unit."""
+
+    ref_id: str
+    title: str
+    unit: str
+
+
+PanelKind = Literal["timeseries", "stat", "table", "bargauge", "text"]
+
+
+@dataclass(frozen=True, slots=True)
+class PanelDef:
+    """A panel, independent of grafanalib. Queries get refIds A, B, C... in order."""
+
+    kind: PanelKind
+    title: str
+    description: str
+    unit: str = ""
+    queries: tuple[Query, ...] = ()
+    width: int = 12
+    height: int = 8
+    min: float | None = None
+    max: float | None = None
+    thresholds: tuple[tuple[str, float | None], ...] = (("green", None),)
+    """(colour, from value) steps; the first starts at minus infinity (None)."""
+    columns: tuple[Column, ...] = ()
+    keep_labels: tuple[str, ...] = ()
+    """Tables: label columns shown (others hidden)."""
+    sort_by: str = ""
+    content: str = ""
+    """Text panels: Markdown."""
+    mappings: tuple[tuple[str, str, str], ...] = ()
+    """Value mappings (value, text, colour)."""
+
+
+Variable = Literal["namespace", "pod", "gpu", "kernel"]
+
+
+@dataclass(frozen=True, slots=True)
+class VariableDef:
+    """A query variable: the label `name` of `metric`, narrowed by the variables before it."""
+
+    name: Variable
+    label: str
+    metric: md.MetricDef
+    scope: Scope
+
+
+VARIABLES: dict[str, VariableDef] = {
+    "namespace": VariableDef("namespace", "Namespace", md.BUILD_INFO, "none"),
+    "pod": VariableDef("pod", "Pod", md.BUILD_INFO, "none"),
+    "gpu": VariableDef("gpu", "GPU", md.GPU_OBSERVED_SECONDS, "agent"),
+    "kernel": VariableDef("kernel", "Kernel", md.KERNEL_SECONDS, "gpu"),
+}
+
+
+def variable_selector(s: Settings, var: VariableDef) -> str:
+    """The series selector of a variable's `label_values(...)` query."""
+    extra = ('namespace=~"$namespace"',) if var.name == "pod" else ()
+    return dashboard_series(s, var.metric, var.scope, *extra)
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardDef:
+    uid: str
+    title: str
+    description: str
+    variables: tuple[Variable, ...]
+    panels: tuple[PanelDef, ...]
+    tags: tuple[str, ...] = field(default=("warpwatch",))
+
+    @property
+    def filename(self) -> str:
+        return f"{self.uid}.json"
+
+
+GPU_LEGEND = "{{pod}} GPU {{gpu}}"
+KERNEL_LEGEND = "{{kernel}} (GPU {{gpu}})"
+PERCENT = "percentunit"
+COUNT = "short"
+PER_SECOND = "cps"
+SECONDS = "s"
+
+def substitute_variables(expr: str) -> str:
+    """`expr` with Grafana's variables replaced by `DASHBOARD_VARIABLE_DEFAULTS` (plain PromQL)."""
+    # Longest names first so `$__rate_interval` is not cut by a shorter prefix.
+    for name in sorted(DASHBOARD_VARIABLE_DEFAULTS, key=len, reverse=True):
+        expr = expr.replace(name, DASHBOARD_VARIABLE_DEFAULTS[name])
+    return expr
+
+
+def ref_id(index: int) -> str:
+    """Grafana refId of the index-th query of a panel: A, B, ..."""
+    return chr(ord("A") + index)

@@ -1,0 +1,392 @@
+"""promtool unit tests for the generated rules (`warpwatch-rules.test.yaml`).
+
+For every alert: input series that fire it and near misses that stay silent, with the exact
+labels and annotations expected; for the fleet recording rules: input counters of two pods and
+the recorded values, written as arithmetic on those inputs (and unlike the mean of the pods'
+ratios). The scenarios are computed from the thresholds in `Settings`, so changing a threshold
+changes the inputs and expectations with it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import metricdefs as md
+from ..errors import ConfigError
+from ..model import ARTIFACT_KINDS
+from . import queries as q
+from .alerts import AlertDef, alerts
+from .rules import _annotations, render_template
+from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration, series
+
+STEP_S = 60
+"""Input series interval and evaluation interval of the tests."""
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """One alert expected: the series labels it carries (without alertname/severity) and value."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Input series and what the alert does at `eval_min` minutes: fire `fires`, or nothing."""
+
+    name: str
+    series: tuple[tuple[str, str], ...]
+    eval_min: int
+    fires: tuple[Firing, ...] = ()
+    silent_at: tuple[int, ...] = ()
+    """Further evaluation times (minutes) at which nothing may fire yet (the `for` period)."""
+
+
+def gauge(*segments: tuple[float | None, int]) -> str:
+    """promtool values: each (value, n) is n samples of value (None: n missing samples)."""
+    parts = []
+    for value, n in segments:
+        if n <= 0:
+            continue
+        if value is None:
+            parts.append(f"_x{n}")
+        else:
+            parts.append(_num(value) if n == 1 else f"{_num(value)}x{n - 1}")
+    return " ".join(parts)
+
+
+def counter(start: float, step: float, n: int) -> str:
+    """promtool values: n samples start, start+step, ..."""
+    return f"{_num(start)}+{_num(step)}x{n - 1}"
+
+
+def _num(value: float) -> str:
+    value = round(float(value), 9)
+    return repr(int(value)) if value.is_integer() else repr(value)
+
+
+def ramp(*parts: tuple[float, int], start: float = 0.0, missing: int = 0) -> str:
+    """promtool values of a counter: `missing` absent samples, then `start`, then for each
+    (step, n) n samples growing by `step` each."""
+    out = [f"_x{missing}"] if missing else []
+    out.append(_num(start))
+    value = start
+    for step, n in parts:
+        if n <= 0:
+            continue
+        first = value + step
+        out.append(_num(first) if n == 1 else f"{_num(first)}+{_num(step)}x{n - 1}")
+        value += step * n
+    return " ".join(out)
+
+
+def _minutes(duration: str) -> int:
+    return math.ceil(duration_seconds(duration) / STEP_S)
+
+
+def _selector_labels(s: Settings) -> dict[str, str]:
+    """The equality matchers of `Settings.selector` as labels the input series must carry."""
+    labels: dict[str, str] = {}
+    for part in filter(str.strip, s.selector.split(",")):
+        match = re.fullmatch(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"\s*', part)
+        if match is None:
+            raise ConfigError(
+                f"selector {s.selector!r}: the promtool tests can only be generated for equality "
+                'matchers such as job="warpwatch"'
+            )
+        labels[match.group(1)] = match.group(2)
+    return labels
+
+
+def _input(metric: md.MetricDef, labels: Mapping[str, str]) -> str:
+    return series(metric, *(f'{k}="{v}"' for k, v in sorted(labels.items())))
+
+
+AGENT = {"namespace": "ml", "pod": "train-0"}
+
+
+def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    window, hold = _minutes(s.artifact_window), _minutes(alert.for_)
+    t = max(window, hold) + 5
+    base = {**_selector_labels(s), **AGENT}
+    per_min = 2
+    places = ({"gpu": "0", "kernel": "gemm_bf16"}, {"gpu": "1", "kernel": "flash_attn_fwd"})
+    fires = tuple(Firing({**AGENT, "artifact": kind}, per_min * window * len(places)) for kind in ALERTED_ARTIFACTS)
+    quiet_kinds = [k for k in ARTIFACT_KINDS if k not in ALERTED_ARTIFACTS]
+
+    def inputs(kinds: list[str] | tuple[str, ...], values: str) -> tuple[tuple[str, str], ...]:
+        return tuple((_input(md.PROFILER_ARTIFACTS, {**base, **place, "artifact": kind}), values)
+                     for kind in kinds for place in places)
+
+    return [
+        Scenario(
+            "every alerted kind increasing on two kernels and GPUs fires once per pod and kind "
+            "(not before the for-duration)",
+            inputs(ALERTED_ARTIFACTS, counter(0, per_min, t + 1)),
+            t, fires, silent_at=(hold,) if hold > 1 else (),
+        ),
+        Scenario(
+            "near miss: alerted kinds flat, non-alerted kinds increasing",
+            inputs(ALERTED_ARTIFACTS, gauge((7, t + 1))) + inputs(quiet_kinds, counter(0, per_min, t + 1)),
+            t,
+        ),
+    ]
+
+
+def _degraded_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    """Counters of one kernel: 6 s of kernel time per minute (0.1 of the 60 s observed), its
+    Σh·d·x growing at x times that; x drops by a factor at `drop_at`."""
+    baseline_min = _minutes(s.degraded_baseline_window)
+    offset_min = _minutes(s.degraded_baseline_offset)
+    now_min = _minutes(s.degraded_window)
+    hold = _minutes(alert.for_)
+    drop_at = baseline_min
+    t = drop_at + now_min + hold + 10
+    if t - offset_min >= drop_at:
+        raise ConfigError(
+            f"degraded_window {s.degraded_window} + degraded_for {s.degraded_for} must be at least 10m "
+            f"shorter than degraded_baseline_offset {s.degraded_baseline_offset}: otherwise the drop enters "
+            "its own baseline before it fires"
+        )
+    gpu = {**_selector_labels(s), **AGENT, "gpu": "0"}
+    labels = {**gpu, "kernel": "flash_attn_fwd"}
+    occ, warps = 0.6, 38.4
+    low = math.floor(s.degraded_ratio * 80) / 100  # well below the bound, away from rounding ties
+    near = round((s.degraded_ratio + 1) / 2, 2)  # a drop, but above the bound
+    kernel_per_min = 60 * min(1.0, s.degraded_min_time_share * 2)
+    quiet_per_min = 60 * s.degraded_min_time_share / 2
+    n = t + 1
+
+    def seconds(per_min: float, missing: int = 0) -> tuple[str, str]:
+        return (_input(md.KERNEL_SECONDS, labels), ramp((per_min, n - 1 - missing), missing=missing))
+
+    def dropping(metric: md.MetricDef, level: float, factor: float, per_min: float = kernel_per_min,
+                 missing: int = 0) -> tuple[str, str]:
+        before = drop_at - missing
+        return (_input(metric, labels),
+                ramp((level * per_min, before - 1), (level * factor * per_min, n - drop_at), missing=missing))
+
+    observed = (_input(md.GPU_OBSERVED_SECONDS, gpu), ramp((60, n - 1)))
+    est, res = md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS
+    # Baseline of N-1 samples: the series start late enough that its window holds one too few.
+    start = t - offset_min - s.degraded_min_samples + 2
+    if not 0 < start < drop_at:
+        raise ConfigError(f"degraded_min_samples {s.degraded_min_samples} does not fit the baseline window")
+    return [
+        Scenario(
+            "occupancy and resident warps both drop: one alert, value = now / baseline",
+            (dropping(est, occ, low), dropping(res, warps, low), seconds(kernel_per_min), observed),
+            t, (Firing(labels, low),),
+        ),
+        Scenario(
+            "resident warps drop where occupancy is unknown",
+            (dropping(res, warps, low), seconds(kernel_per_min), observed),
+            t, (Firing(labels, low),),
+        ),
+        Scenario("near miss: a drop that stays above the bound",
+                 (dropping(est, occ, near), seconds(kernel_per_min), observed), t),
+        Scenario("near miss: the kernel takes too little time",
+                 (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed), t),
+        Scenario("near miss: one sample too few in the baseline",
+                 (dropping(est, occ, low, missing=start), seconds(kernel_per_min, missing=start), observed), t),
+    ]
+
+
+def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    """Two kernels whose Σh·d·estimated_occupancy grow by 30 and 18 per 60 observed seconds: the
+    GPU's occupancy is 0.8 (the sum over its kernels per observed second)."""
+    t = _minutes(s.nvml_window) + _minutes(alert.for_) + 10
+    labels = {**_selector_labels(s), **AGENT, "gpu": "0"}
+    ours = 0.8
+    far = round(max(0.0, ours - 1.6 * s.nvml_max_difference), 6)
+    close = round(ours - 0.8 * s.nvml_max_difference, 6)
+    est = tuple((_input(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, {**labels, "kernel": k}), ramp((v, t)))
+                for k, v in (("gemm", 30), ("attn", 18)))
+    observed = (_input(md.GPU_OBSERVED_SECONDS, labels), ramp((60, t)))
+    nvml = _input(md.NVML_SM_OCCUPANCY, labels)
+    return [
+        Scenario("estimate far above NVML", (*est, observed, (nvml, gauge((far, t + 1)))), t,
+                 (Firing(labels, abs(ours - far)),)),
+        Scenario("near miss: within the bound", (*est, observed, (nvml, gauge((close, t + 1)))), t),
+        Scenario("near miss: no NVML GPM on this GPU", (*est, observed), t),
+    ]
+
+
+def _short_window_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    t = _minutes(s.short_window) + _minutes(alert.for_) + 5
+    labels = {**_selector_labels(s), **AGENT, "gpu": "0"}
+    ratio = _input(md.GPU_LONGEST_KERNEL_RATIO, labels)
+    long_ratio = round(min(0.99, s.short_max_kernel_ratio + 0.2), 6)
+    short_ratio = round(s.short_max_kernel_ratio / 2, 6)
+    busy, observed = _input(md.GPU_BUSY_SECONDS, labels), _input(md.GPU_OBSERVED_SECONDS, labels)
+    util = _input(md.NVML_GPU_UTILIZATION, labels)
+    gap = round(min(0.45, s.short_max_nvml_gap * 2), 6)
+    near = round(s.short_max_nvml_gap / 2, 6)
+    busy_series = ((busy, ramp((30, t))), (observed, ramp((60, t))))  # busy 0.5
+    return [
+        Scenario("one long captured kernel in the last half hour",
+                 ((ratio, gauge((short_ratio, t - 20), (long_ratio, 1), (short_ratio, 20))),), t,
+                 (Firing({**labels, "evidence": "long_kernels"}, long_ratio),)),
+        Scenario("NVML utilisation well above the estimated busy ratio",
+                 ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + gap, t + 1)))), t,
+                 (Firing({**labels, "evidence": "nvml_busier"}, gap),)),
+        Scenario("near miss: short kernels only, NVML close to the estimate",
+                 ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + near, t + 1)))), t),
+    ]
+
+
+def _stale_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    period = 60.0
+    bound = period * s.stale_periods
+    t = math.ceil((bound + duration_seconds(alert.for_) + 120) / STEP_S)
+    labels = {**_selector_labels(s), **AGENT}
+    metric = _input(md.LAST_WINDOW_TIMESTAMP, labels)
+    periods = _input(md.CAPTURE_PERIOD, labels)
+    almost = t * STEP_S - bound + 30  # age at t: bound - 30 s
+    return [
+        Scenario("last window at time 0, never again",
+                 ((metric, gauge((0, t + 1))), (periods, gauge((period, t + 1)))), t,
+                 (Firing(labels, t * STEP_S),)),
+        Scenario("near miss: last window just inside the bound",
+                 ((metric, gauge((almost, t + 1))), (periods, gauge((period, t + 1)))), t),
+        Scenario("near miss: the same age is fine for an agent with a longer period",
+                 ((metric, gauge((0, t + 1))), (periods, gauge((t * STEP_S, t + 1)))), t),
+        Scenario("near miss: a window every minute",
+                 ((metric, counter(0, STEP_S, t + 1)), (periods, gauge((period, t + 1)))), t),
+    ]
+
+
+def _failing_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    t = _minutes(s.failing_window) + _minutes(alert.for_) + 5
+    labels = {**_selector_labels(s), **AGENT}
+
+    def outcome(name: str, per_min: float) -> tuple[str, str]:
+        return (_input(md.WINDOWS, {**labels, "outcome": name}), counter(10, per_min, t + 1))
+
+    share = round(s.failing_ratio * 0.8, 2)
+    bad = round(100 * share)
+    return [
+        Scenario("every window fails or times out",
+                 (outcome("ok", 0), outcome("failed", 1), outcome("timed_out", 1)), t,
+                 (Firing(labels, 1.0),)),
+        Scenario("near miss: some windows fail, below the bound",
+                 (outcome("ok", 100 - bad), outcome("failed", bad), outcome("timed_out", 0)), t),
+        Scenario("near miss: no windows at all (NoRecentWindow's case)",
+                 (outcome("ok", 0), outcome("failed", 0)), t),
+    ]
+
+
+def _duty_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    t = _minutes(alert.for_) + 5
+    labels = {**_selector_labels(s), **AGENT}
+    metric = _input(md.CAPTURE_DUTY, labels)
+    high = round(s.max_capture_duty * 2, 6)
+    return [
+        Scenario("duty twice the bound", ((metric, gauge((high, t + 1))),), t, (Firing(labels, high),)),
+        Scenario("near miss: just under the bound",
+                 ((metric, gauge((round(s.max_capture_duty * 0.9, 6), t + 1))),), t),
+    ]
+
+
+SCENARIOS: dict[str, Callable[[Settings, AlertDef], list[Scenario]]] = {
+    "WarpwatchProfilerArtifacts": _artifact_scenarios,
+    "WarpwatchKernelOccupancyDegraded": _degraded_scenarios,
+    "WarpwatchOccupancyDisagreesWithNvml": _nvml_scenarios,
+    "WarpwatchWindowTooShort": _short_window_scenarios,
+    "WarpwatchNoRecentWindow": _stale_scenarios,
+    "WarpwatchWindowsFailing": _failing_scenarios,
+    "WarpwatchCaptureDutyHigh": _duty_scenarios,
+}
+
+
+def scenarios(s: Settings) -> list[tuple[AlertDef, Scenario]]:
+    """Every alert's scenarios; each alert needs at least one that fires and one that does not."""
+    out: list[tuple[AlertDef, Scenario]] = []
+    for alert in alerts(s):
+        if alert.name not in SCENARIOS:
+            raise ValueError(f"alert {alert.name} has no promtool scenarios in rules.SCENARIOS")
+        found = SCENARIOS[alert.name](s, alert)
+        if not any(sc.fires for sc in found) or all(sc.fires for sc in found):
+            raise ValueError(f"alert {alert.name} needs a firing scenario and a silent near miss")
+        out.extend((alert, sc) for sc in found)
+    return out
+
+
+def _expected(alert: AlertDef, s: Settings, firing: Firing) -> dict[str, Any]:
+    labels = dict(firing.labels)
+    return {
+        "exp_labels": {**labels, "severity": alert.severity},
+        "exp_annotations": {
+            k: render_template(v, labels, firing.value) for k, v in _annotations(alert, s).items()
+        },
+    }
+
+
+def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
+    """A `promtool test rules` document for `rule_file` (a path relative to the test file)."""
+    tests = []
+    for alert, sc in scenarios(s):
+        checks: list[dict[str, Any]] = [
+            {"eval_time": format_duration(minute * STEP_S), "alertname": alert.name, "exp_alerts": []}
+            for minute in sc.silent_at
+        ]
+        checks.append({
+            "eval_time": format_duration(sc.eval_min * STEP_S),
+            "alertname": alert.name,
+            "exp_alerts": [_expected(alert, s, f) for f in sc.fires],
+        })
+        tests.append({
+            "name": f"{alert.name}: {sc.name}",
+            "interval": format_duration(STEP_S),
+            "input_series": [{"series": name, "values": values} for name, values in sc.series],
+            "alert_rule_test": checks,
+        })
+    tests.append(recording_test(s))
+    return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S), "tests": tests}
+
+
+def recording_test(s: Settings) -> dict[str, Any]:
+    """Two pods of one deployment: pod a watched its GPU all the time (60 s/min) with gemm taking
+    30 s/min and the GPU busy 45 s/min; pod b watched its GPU half the time (30 s/min: its other
+    windows failed) with gemm taking 6 s/min and busy 15 s/min. The fleet's gemm time share is
+    (30 + 6) / (60 + 30) = 0.4 (the mean of the pods' ratios, (0.5 + 0.2) / 2 = 0.35, is not), its
+    busy ratio (45 + 15) / 90; gemm's mean estimated occupancy (30·0.5 + 6·0.25) / 36."""
+    fleet = {k: v for k, v in {"namespace": "ml", "deployment": "llm"}.items() if k in s.fleet}
+    minutes = 10
+    rows: list[tuple[md.MetricDef, dict[str, str], float]] = []
+    for pod, observed, gemm, busy, occ in (("a", 60, 30, 45, 0.5), ("b", 30, 6, 15, 0.25)):
+        labels = {**_selector_labels(s), "namespace": "ml", "deployment": "llm", "pod": f"llm-{pod}", "gpu": "0"}
+        kernel = {**labels, "kernel": "gemm"}
+        rows += [(md.GPU_OBSERVED_SECONDS, labels, observed), (md.GPU_BUSY_SECONDS, labels, busy),
+                 (md.KERNEL_SECONDS, kernel, gemm), (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, kernel, gemm * occ)]
+    w = s.recording_window
+
+    def expect(record: str, labels: Mapping[str, str], value: float) -> dict[str, Any]:
+        """The recorded value in millionths, rounded (floats of rates do not compare exactly)."""
+        inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return {"expr": f"round({record} * 1e6)", "eval_time": format_duration(minutes * STEP_S),
+                "exp_samples": [{"labels": f"{{{inner}}}", "value": round(value * 1e6)}]}
+
+    kernel_fleet = {**fleet, "kernel": "gemm"}
+    return {
+        "name": "fleet recording rules: sums of rates over sums of rates, not means of ratios",
+        "interval": format_duration(STEP_S),
+        "input_series": [{"series": _input(m, labels), "values": ramp((per_min, minutes))}
+                         for m, labels, per_min in rows],
+        "promql_expr_test": [
+            expect(q.rate_record(s, md.GPU_OBSERVED_SECONDS, False), fleet, 90 / 60),
+            expect(q.rate_record(s, md.KERNEL_SECONDS, True), kernel_fleet, 36 / 60),
+            expect(f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}", kernel_fleet, 36 / 90),
+            expect(f"fleet:warpwatch_gpu_busy:ratio_rate{w}", fleet, 60 / 90),
+            expect(f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}", kernel_fleet,
+                   (30 * 0.5 + 6 * 0.25) / 36),
+            expect(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}", fleet, (30 * 0.5 + 6 * 0.25) / 90),
+        ],
+    }
+
+

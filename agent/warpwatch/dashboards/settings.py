@@ -1,0 +1,214 @@
+"""Settings, durations and selectors: what every generated query, panel and rule is built from.
+
+`Settings` holds every knob of the generated dashboards and rules (thresholds, durations, the
+base selector, fleet labels); `warpwatch dashboards build --set NAME=VALUE` overrides them.
+Metric names are never spelled here: selectors are built from `metricdefs`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Literal, get_args
+
+from .. import metricdefs as md
+from ..capture import Outcome
+from ..config import MAX_DUTY
+from ..errors import ConfigError
+from ..model import ARTIFACT_KINDS
+
+# --------------------------------------------------------------------------------------------
+# Durations
+
+_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a Prometheus duration string (`1h30m`, `90s`, `1d`); ValueError if it is not one."""
+    match = _DURATION.match(text)
+    if not text or match is None or not any(match.groups()):
+        raise ValueError(f"not a Prometheus duration: {text!r} (use e.g. 30s, 5m, 1h, 1d)")
+    return sum(int(g) * unit for g, unit in zip(match.groups(), _UNIT_SECONDS, strict=True) if g)
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest Prometheus duration string for a whole number of seconds (`180` -> `3m`)."""
+    whole = int(seconds)
+    if whole != seconds or whole <= 0:
+        raise ValueError(f"not a positive whole number of seconds: {seconds}")
+    out = ""
+    for suffix, unit in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, whole = divmod(whole, unit)
+        if count:
+            out += f"{count}{suffix}"
+    return out
+
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every knob of the generated dashboards and rules; `build()` renders one of these.
+
+    The defaults are what `dashboards/` in the repository holds. Durations are Prometheus
+    duration strings (`30m`, `1d`).
+    """
+
+    selector: str = ""
+    """Extra label matchers put into every query, e.g. `job="warpwatch"`; empty: none."""
+    runbook_url_base: str = "https://github.com/warpwatch/warpwatch/blob/main/dashboards/runbooks/"
+    prometheus_url: str = "http://prometheus:9090"
+    datasource_uid: str = "warpwatch-prometheus"
+    datasource_name: str = "Prometheus (warpwatch)"
+    folder_uid: str = "warpwatch"
+    folder_title: str = "warpwatch"
+    dashboards_path: str = "/var/lib/grafana/dashboards/warpwatch"
+    rule_interval: str = "1m"
+
+    # fleet recording rules
+    fleet_labels: str = "namespace,deployment,model"
+    """Comma-separated labels the fleet recording rules sum by (a label a series lacks groups as empty)."""
+    recording_window: str = "5m"
+    """Range of the rates the recording rules record."""
+
+    # (1) profiler artefacts
+    artifact_window: str = "30m"
+    artifact_for: str = "5m"
+    # (2) kernel degraded against its own baseline
+    degraded_ratio: float = 0.7
+    degraded_window: str = "15m"
+    """Range of the "now" side: the kernel's mean occupancy over this long."""
+    degraded_baseline_window: str = "1d"
+    degraded_baseline_offset: str = "1h"
+    degraded_min_time_share: float = 0.05
+    degraded_min_samples: int = 60
+    """Scraped samples the baseline window must hold; a kernel seen briefly never alerts."""
+    degraded_for: str = "30m"
+    # (3) our estimate against NVML GPM
+    nvml_window: str = "15m"
+    nvml_max_difference: float = 0.25
+    nvml_for: str = "30m"
+    # (4) the window is too short for the workload
+    short_window: str = "30m"
+    short_max_kernel_ratio: float = 0.5
+    """Longest captured kernel / window at or above which the window is too short."""
+    short_max_nvml_gap: float = 0.2
+    """NVML utilisation minus the estimated busy ratio above which kernels are being missed."""
+    short_for: str = "15m"
+    # (5) agent health
+    stale_periods: float = 3.0
+    """Staleness bound, in capture periods (`warpwatch_capture_period_seconds`)."""
+    stale_for: str = "5m"
+    failing_window: str = "15m"
+    failing_ratio: float = 0.5
+    failing_for: str = "15m"
+    max_capture_duty: float = MAX_DUTY
+    """Bound on captured time / wall time; profiling costs the workload while it runs."""
+    duty_for: str = "5m"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith(_DURATION_SUFFIXES):
+                try:
+                    duration_seconds(value)
+                except ValueError as exc:
+                    raise ConfigError(f"setting {f.name}: {exc}") from None
+        for name, low, high in _RANGES:
+            value = getattr(self, name)
+            if not low < value < high:
+                raise ConfigError(f"setting {name}={value}: must lie strictly between {low} and {high}")
+        for label in self.fleet:
+            if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label):
+                raise ConfigError(f"setting fleet_labels={self.fleet_labels!r}: {label!r} is not a label name")
+
+    @property
+    def fleet(self) -> tuple[str, ...]:
+        """`fleet_labels` as a tuple."""
+        return tuple(x.strip() for x in self.fleet_labels.split(",") if x.strip())
+
+
+_DURATION_SUFFIXES = ("_window", "_for", "_offset", "_period", "_interval")
+_RANGES = (
+    ("degraded_ratio", 0, 1),
+    ("degraded_min_time_share", 0, 1),
+    ("degraded_min_samples", 0, 1_000_000),
+    ("nvml_max_difference", 0, 1),
+    ("short_max_kernel_ratio", 0, 1),
+    ("short_max_nvml_gap", 0, 1),
+    ("stale_periods", 1, 1000),
+    ("failing_ratio", 0, 1),
+    ("max_capture_duty", 0, 1),
+)
+
+DEFAULT_SETTINGS = Settings()
+
+ALERTED_ARTIFACTS: tuple[str, ...] = (
+    "negative_warps_per_sm",
+    "non_finite",
+    "occupancy_sentinel",
+    "grid_overflow",
+    "sm_count_invalid",
+)
+"""Artefact kinds that make the raw trace numbers plainly wrong; these raise an (info) alert.
+What each kind means: `model.ARTIFACT_EXPLANATIONS` (the one table)."""
+
+FAILING_OUTCOMES: tuple[str, ...] = ("failed", "timed_out")
+"""Window outcomes that count as failures (`warpwatch_windows_total{outcome}`)."""
+
+if not set(ALERTED_ARTIFACTS) <= set(ARTIFACT_KINDS):
+    raise AssertionError("ALERTED_ARTIFACTS names a kind model.ARTIFACT_KINDS does not have")
+if not set(FAILING_OUTCOMES) <= set(get_args(Outcome)):
+    raise AssertionError("FAILING_OUTCOMES names an outcome capture.Outcome does not have")
+FAILING_MATCHER = 'outcome=~"' + "|".join(FAILING_OUTCOMES) + '"'
+
+# --------------------------------------------------------------------------------------------
+# Selectors
+
+DASHBOARD_VARIABLE_DEFAULTS: dict[str, str] = {
+    "$__rate_interval": "2m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$namespace": ".*",
+    "$pod": ".*",
+    "$gpu": ".*",
+    "$kernel": ".*",
+}
+"""What `all_queries()` puts in place of Grafana's variables to obtain plain PromQL."""
+
+Scope = Literal["none", "agent", "gpu", "kernel"]
+
+_SCOPE_MATCHERS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "agent": ('namespace=~"$namespace"', 'pod=~"$pod"'),
+    "gpu": ('namespace=~"$namespace"', 'pod=~"$pod"', 'gpu=~"$gpu"'),
+    "kernel": ('namespace=~"$namespace"', 'pod=~"$pod"', 'gpu=~"$gpu"', 'kernel=~"$kernel"'),
+}
+
+
+def series(metric: md.MetricDef, *matchers: str, suffix: str = "") -> str:
+    """A series selector for `metric` with the given label matchers (empty ones skipped)."""
+    if suffix and metric.type != "histogram":
+        raise ValueError(f"{metric.name} is a {metric.type}; only histograms have {suffix} series")
+    inner = ", ".join(m for m in matchers if m)
+    name = md.exposed_name(metric) + suffix
+    return f"{name}{{{inner}}}" if inner else name
+
+
+def alert_series(s: Settings, metric: md.MetricDef, *matchers: str) -> str:
+    """A selector for alert rules: the configured base selector plus `matchers`."""
+    return series(metric, s.selector, *matchers)
+
+
+def dashboard_series(s: Settings, metric: md.MetricDef, scope: Scope, *extra: str, suffix: str = "") -> str:
+    """A selector for panels: base selector, the dashboard variables of `scope` (the `gpu` and
+    `kernel` ones only where the metric has that label: a GPU's observed seconds divide every
+    kernel's, whichever kernel is selected), then `extra`."""
+    scoped = [m for m in _SCOPE_MATCHERS[scope]
+              if m.split("=")[0] not in ("gpu", "kernel") or m.split("=")[0] in metric.labels]
+    return series(metric, s.selector, *scoped, *extra, suffix=suffix)
+
