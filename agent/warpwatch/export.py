@@ -59,7 +59,7 @@ FAULTS: tuple[tuple[str, str], ...] = (
     ("read", "refused_not_regular_file"),  # a FIFO, socket, device or directory
     ("read", "refused_foreign_owner"),  # another user's file
     ("read", "io_error"),  # the file could not be opened or read
-    ("read", "too_large"),  # larger than max_trace_bytes
+    ("read", "too_large"),  # larger than max_trace_bytes, or over the memory budget
     ("read", "invalid_trace"),  # empty, truncated, not JSON, not a Kineto trace
     ("analysis", "unexpected"),  # analysis raised (a bug)
     ("nvml", "gpu_lost"),  # NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus

@@ -507,7 +507,8 @@ class Service:
         try:
             with open_confined(cw.path) as opened:
                 trace = read_trace(opened.reader_path, gpu_properties=self._gpu_properties,
-                                   limits=self.memory.read_limits(self.config.max_trace_bytes))
+                                   limits=self.memory.read_limits(self.config.max_trace_bytes,
+                                                                  cancel=self._stopping.is_set))
             analysis = analyze(trace, requested=cw.requested)
         except RefusedFile as exc:
             fault: Fault = ("read", "io_error" if exc.reason == "unreadable" else f"refused_{exc.reason}")
