@@ -87,9 +87,9 @@ class Agent:
         self.port = 0
         while time.monotonic() < deadline and not self.port:
             for line in list(self.lines):
-                m = re.search(r"event=listening .*port=(\d+)", line)
+                m = re.search(r"event=listening .*port=(\d+)|\"event\": \"listening\".*\"port\": (\d+)", line)
                 if m:
-                    self.port = int(m.group(1))
+                    self.port = int(m.group(1) or m.group(2))
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
@@ -223,10 +223,12 @@ def close_all(socks: list[socket.socket], reset: bool = False) -> None:
 
 
 def bcrypt_config(tmp: Path, cost: int, password: bytes = b"right") -> Path:
+    """Users `prom` (the observer's) and `first` (seen once, for a first scrape), both `password`."""
     import bcrypt
 
-    cfg = tmp / "web.yml"
-    cfg.write_text(f"basic_auth_users:\n  prom: '{bcrypt.hashpw(password, bcrypt.gensalt(cost)).decode()}'\n")
+    cfg = tmp / f"web{cost}.yml"
+    hashed = bcrypt.hashpw(password, bcrypt.gensalt(cost)).decode()
+    cfg.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n  first: '{hashed}'\n")
     return cfg
 
 
@@ -385,7 +387,7 @@ def attack_auth(path: Path, rss_cap: float) -> list[Row]:
         for t in threads:
             t.start()
         time.sleep(2)
-        first = scrape_once_from(agent.port, "127.0.0.1", good)
+        first = scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("first", "right")})
         time.sleep(3)
         stop.set()
         for t in threads:
