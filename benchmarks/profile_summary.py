@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 
 PHASES = (
     ("import", re.compile(r"_find_and_load|build_parser")),
-    ("read + decode (trace.py)", re.compile(r"\((?:warpwatch/)?trace\.py")),
+    ("read + decode (trace/)", re.compile(r"\((?:warpwatch/)?trace/")),
     ("analyze (analysis.py)", re.compile(r"\((?:warpwatch/)?analysis\.py")),
     ("report (analyze_command.py, table.py)", re.compile(r"\((?:warpwatch/)?(?:analyze_command|table)\.py")),
 )

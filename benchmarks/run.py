@@ -66,6 +66,7 @@ class Reader:
 class Result:
     reader: Reader
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
     rss_kb: int = 0
     pss_kb: int = 0
     output: str = ""
@@ -128,8 +129,9 @@ def _pss_kb(pid: int) -> int:
     return total
 
 
-def run_once(reader: Reader, trace: Path) -> tuple[float, int, int, str, str]:
-    """(wall s, peak RSS of the largest process in kB, peak tree PSS in kB, stdout, stderr)."""
+def run_once(reader: Reader, trace: Path) -> tuple[float, float, int, int, str, str]:
+    """(wall s, CPU s of the process tree, peak RSS of the largest process in kB, peak tree PSS
+    in kB, stdout, stderr)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "agent")}
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -163,7 +165,7 @@ def run_once(reader: Reader, trace: Path) -> tuple[float, int, int, str, str]:
     out = b"".join(out_chunks).decode(errors="replace")
     err = b"".join(err_chunks).decode(errors="replace")
     err = f"exit {proc.returncode}: {err.strip()[-300:]}" if proc.returncode != 0 else ""
-    return wall, usage.ru_maxrss, peak_pss, out, err
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, peak_pss, out, err
 
 
 def summary_of(reader: Reader, out: str) -> str:
@@ -219,20 +221,21 @@ def table(trace: Path, results: list[Result]) -> str:
     lines = [
         f"**{trace.name}** ({size / 1e6:,.0f} MB)",
         "",
-        "| reader | wall, best | wall, median | runs | peak PSS, process tree | peak RSS, largest process "
-        "| wall vs msgspec floor | PSS vs msgspec floor | found |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|---|",
+        "| reader | wall, best | wall, median | CPU, best (process tree) | runs | peak PSS, process tree "
+        "| peak RSS, largest process | wall vs msgspec floor | CPU vs msgspec floor | PSS vs msgspec floor | found |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for r in results:
         if not r.walls:
-            lines.append(f"| {r.reader.label} | failed | | | | | | | {r.error} |")
+            lines.append(f"| {r.reader.label} | failed | | | | | | | | | {r.error} |")
             continue
         best, median = min(r.walls), statistics.median(r.walls)
         ratio = f"{best / min(floor.walls):.2f}x" if floor else "-"
+        cpu_ratio = f"{min(r.cpus) / min(floor.cpus):.2f}x" if floor and min(floor.cpus) > 0 else "-"
         mem_ratio = f"{r.pss_kb / floor.pss_kb:.2f}x" if floor and floor.pss_kb else "-"
         lines.append(
-            f"| {r.reader.label} | {best:.2f} s | {median:.2f} s | {len(r.walls)} | {fmt_mb(r.pss_kb)} "
-            f"| {fmt_mb(r.rss_kb)} | {ratio} | {mem_ratio} | {r.output} |"
+            f"| {r.reader.label} | {best:.2f} s | {median:.2f} s | {min(r.cpus):.2f} s | {len(r.walls)} "
+            f"| {fmt_mb(r.pss_kb)} | {fmt_mb(r.rss_kb)} | {ratio} | {cpu_ratio} | {mem_ratio} | {r.output} |"
         )
     return "\n".join(lines)
 
@@ -273,11 +276,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             n = min(args.repeat, reader.repeat_cap or args.repeat)
             for _ in range(n):
-                wall, rss, pss, out, err = run_once(reader, trace)
+                wall, cpu, rss, pss, out, err = run_once(reader, trace)
                 if err:
                     result.error = err
                     break
                 result.walls.append(wall)
+                result.cpus.append(cpu)
                 result.rss_kb = max(result.rss_kb, rss)
                 result.pss_kb = max(result.pss_kb, pss)
                 result.output = summary_of(reader, out)

@@ -41,9 +41,9 @@ from warpwatch.capture.daemon import HEADER, KinetoDaemonSource, encode_message
 from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
-from warpwatch.export import FAULTS
 from warpwatch.labels import MAX_LABEL_LENGTH, name_hash
 from warpwatch.logs import JsonFormatter, TextFormatter
+from warpwatch.model import FAULTS
 from warpwatch.service import Service
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another uid)")
@@ -423,7 +423,7 @@ def test_hostile_names_leave_the_exposition_valid_for_promtool(hostile_agent: tu
         assert proc.returncode == 0, proc.stdout + proc.stderr
     text = body.decode("utf-8")  # valid UTF-8, or this raises
     samples = parse(text)
-    known = {md.exposed_name(m) for m in md.ALL} | {m.name for m in md.ALL}
+    known = {md.exposed_name(m) for m in (*md.ALL, *md.AGENT)} | {m.name for m in (*md.ALL, *md.AGENT)}
     names = {name for name, _ in samples}
     ours = {n for n in names if n.startswith("warpwatch_")}
     assert {n.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for n in ours} <= known

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,7 @@ def folder(tmp_path: Path) -> Path:
 def test_each_finished_file_is_handed_over_exactly_once(folder: Path) -> None:
     shutil.copy(CONTROL, folder / "host_1.1700000000000000000.pt.trace.json.gz")
     (folder / "b.json").write_text('{"traceEvents": []}')
-    src = DirSource(folder)
+    src = DirSource(folder, json_settle_s=0)
     src.start()
     first = src.capture(0.01, 1.0)
     assert set(names(first)) == {"host_1.1700000000000000000.pt.trace.json.gz", "b.json"}
@@ -69,7 +71,7 @@ def test_each_finished_file_is_handed_over_exactly_once(folder: Path) -> None:
 
 def test_a_file_handed_over_but_not_yet_done_is_not_handed_over_again(folder: Path) -> None:
     (folder / "a.json").write_text("{}")
-    src = DirSource(folder)
+    src = DirSource(folder, json_settle_s=0)
     first = src.capture(0.01, 1.0)
     assert names(first) == ["a.json"]
     assert src.capture(0.01, 1.0) == []
@@ -134,7 +136,7 @@ def test_a_file_rewritten_in_place_counts_as_new(folder: Path) -> None:
     target = folder / "a.json"
     target.write_text("{}")
     set_mtime(target, 1_000)
-    src = DirSource(folder)
+    src = DirSource(folder, json_settle_s=0)
     finish(src.capture(0.01, 1.0))
     target.write_text('{"traceEvents": []}')
     set_mtime(target, 2_000)
@@ -143,7 +145,7 @@ def test_a_file_rewritten_in_place_counts_as_new(folder: Path) -> None:
 
 def test_delete_processed_removes_the_file_once_done(folder: Path) -> None:
     (folder / "a.json").write_text("{}")
-    src = DirSource(folder, delete_processed=True)
+    src = DirSource(folder, delete_processed=True, json_settle_s=0)
     windows = src.capture(0.01, 1.0)
     assert (folder / "a.json").exists()  # not before the window is analysed
     finish(windows)
@@ -182,7 +184,7 @@ def test_the_memory_of_processed_files_is_pruned_to_files_present(folder: Path) 
 
 
 def test_a_missing_folder_is_waited_for_and_a_file_is_refused(tmp_path: Path) -> None:
-    src = DirSource(tmp_path / "later")
+    src = DirSource(tmp_path / "later", json_settle_s=0)
     src.start()
     assert src.capture(0.01, 1.0) == []
     (tmp_path / "later").mkdir()
@@ -437,3 +439,62 @@ def test_replay_samples_alias_replays_the_bundled_traces() -> None:
         cw.done()
     finally:
         src.close()
+
+
+# --------------------------------------------------------------------------------------------- dir: under abuse
+
+
+def test_a_json_still_being_written_is_not_judged_complete_because_it_ends_in_a_brace(folder: Path) -> None:
+    """Issue: a plain .json ending in `}` between two chunks, unchanged for 100 ms, was handed over
+    and failed as truncated. Now it must be one whole JSON document, or (for the invalid JSON
+    some Kineto versions write) stay unchanged for json_settle_s."""
+    target = folder / "chunked.json"
+    target.write_text('{"traceEvents": [{"name": "a", "ph": "X"}')  # a chunk boundary after a `}`
+    set_mtime(target, int(time.time()) + 60)  # settling is by this test's clock alone
+    clock = Clock()
+    src = DirSource(folder, json_settle_s=2.0, give_up_s=30.0, clock=clock)
+    assert src.capture(0.1, 1.0) == []
+    clock.now = 1.5
+    assert src.capture(0.1, 1.0) == []
+    with target.open("a") as f:  # the writer goes on and finishes the document
+        f.write(', {"name": "b", "ph": "X"}]}')
+    [window] = src.capture(0.1, 1.0)  # whole and valid: handed over without waiting
+    assert window.path == target
+    json.loads(target.read_text())
+
+    kineto = folder / "inf.json"  # not JSON (a bare inf), yet the reader takes it: waits to settle
+    kineto.write_text('{"traceEvents": [{"name": "a", "dur": inf}]}')
+    set_mtime(kineto, int(time.time()) + 60)
+    clock.now = 10.0
+    assert src.capture(0.1, 1.0) == []
+    clock.now = 11.9
+    assert src.capture(0.1, 1.0) == []
+    clock.now = 12.0
+    assert names(src.capture(0.1, 1.0)) == ["inf.json"]
+
+
+def test_a_file_whose_permissions_change_after_a_failed_read_is_read_again(folder: Path) -> None:
+    """Issue: a file unreadable when first seen (mode 000) was never retried after chmod, because
+    a chmod leaves size and mtime alone. (Tests run as root, who reads mode 000 files anyway: the
+    test checks the identity the retry rests on; the real refusal is in test_confinement.)"""
+    target = folder / "late.json"
+    target.write_text('{"traceEvents": []}')
+    os.chmod(target, 0)
+    set_mtime(target, 1_700_000_000)
+    src = DirSource(folder)
+    [first] = src.capture(0.01, 1.0)
+    first.done(True)  # its window failed (unreadable) and was counted
+    assert src.capture(0.01, 1.0) == []
+    os.chmod(target, 0o644)
+    assert names(src.capture(0.01, 1.0)) == ["late.json"]
+
+
+def test_a_directory_with_a_trace_name_is_reported_not_skipped(folder: Path) -> None:
+    from warpwatch.capture.confine import RefusedFile, open_confined
+
+    (folder / "x.json").mkdir()
+    [window] = DirSource(folder).capture(0.01, 1.0)
+    assert window.path == folder / "x.json"
+    with pytest.raises(RefusedFile) as info, open_confined(window.path):
+        pass
+    assert info.value.reason == "not_regular_file"

@@ -42,7 +42,8 @@ from warpwatch import service as service_module
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
-from warpwatch.service import Service, Ticker
+from warpwatch.service import Service
+from warpwatch.ticker import Ticker
 
 ERRORS = md.exposed_name(md.ERRORS)
 WINDOWS = md.exposed_name(md.WINDOWS)
@@ -88,7 +89,7 @@ def test_a_traced_process_killed_mid_window_times_out_and_leaves_nothing_behind(
     agent = Agent("--source", f"kineto-daemon:socket_dir={peer.socket_dir}", "--trace-dir", str(peer.trace_dir),
                   "--period", "5s", "--window", "2s", "--allow-high-duty", "--jitter", "0", "--collect-timeout", "1s")
     try:
-        agent.wait_for_line(rf"new Kineto client .* pid \({proc.pid},\)", 30)
+        agent.wait_for_line(rf"event=daemon_client .* pid={proc.pid}\b", 30)
         deadline = time.monotonic() + 30
         while not any(peer.trace_dir.glob("*.tmp")):  # Kineto is recording
             assert time.monotonic() < deadline, "\n".join(agent.lines)

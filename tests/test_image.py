@@ -190,8 +190,6 @@ def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples
         kernel_lines = [line for line in metrics.splitlines() if line.startswith("warpwatch_kernel_")]
         reported = [line for line in kernel_lines if line.startswith("warpwatch_kernel_reported_warps_per_sm_min{")]
         assert any(float(line.rsplit(" ", 1)[1]) < 0 for line in reported), reported
-        assert re.search(r'^warpwatch_profiler_artifacts_total\{.*artifact="sm_count_invalid".*\} [1-9]', metrics,
-                         re.M), "the reproduction's artefact is not counted"
         with capsys.disabled():
             print(f"\nimage run: agent pid {agent[0]} uid/gid {AGENT_UID}/{AGENT_GID}, no capabilities; "
                   f"/healthz {status} {body.strip()!r}; HEALTHCHECK exit 0; first metric lines:")

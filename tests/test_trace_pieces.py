@@ -145,10 +145,11 @@ def test_errors_name_the_event_by_its_index_in_the_whole_document(edit: Any, rea
 
 def test_an_event_that_is_no_object_is_named_by_its_index() -> None:
     doc = big_doc()
-    doc["traceEvents"][900] = 5
-    expected = r"unexpected structure: Expected `object`, got `int` - at `\$\.traceEvents\[900\]`"
-    with pytest.raises(TraceError, match=expected):
-        cut(dumps(doc))
+    doc["traceEvents"][9] = 5  # in the first piece, which is always decoded whole
+    expected = r"unexpected structure: Expected `object`, got `int` - at `\$\.traceEvents\[9\]`"
+    for workers in (1, 2):
+        with pytest.raises(TraceError, match=expected):
+            cut(dumps(doc), workers)
 
 
 def test_truncated_and_corrupt_large_documents_are_errors_naming_the_offset(tmp_path: Path) -> None:
@@ -158,10 +159,22 @@ def test_truncated_and_corrupt_large_documents_are_errors_naming_the_offset(tmp_
     for workers in (1, 2):
         with pytest.raises(TraceError, match="truncated JSON"):
             read_trace(path, limits=ReadLimits(piece_bytes=PIECE, workers=workers))
-    middle = data.index(b'"ts"', len(data) // 2)
-    path.write_bytes(data[:middle] + b"@" + data[middle + 1 :])
-    with pytest.raises(TraceError, match=rf"invalid JSON \(.*\(byte {middle:,}\)\)"):
-        read_trace(path, limits=ReadLimits(piece_bytes=PIECE, workers=1))
+    in_a_kernel = data.index(b'"ts"', data.index(b'"cat": "kernel"', len(data) // 2))
+    path.write_bytes(data[:in_a_kernel] + b"@" + data[in_a_kernel + 1 :])
+    for workers in (1, 2):
+        with pytest.raises(TraceError, match=rf"invalid JSON \(.*\(byte {in_a_kernel:,}\)\)"):
+            read_trace(path, limits=ReadLimits(piece_bytes=PIECE, workers=workers))
+
+
+def test_skimmed_pieces_do_not_decode_cpu_events(tmp_path: Path) -> None:
+    """The documented price of skimming: invalid JSON inside a CPU-side event after the first
+    piece goes unnoticed; the GPU events, and so the Trace, are exactly those of the intact file."""
+    data = dumps(big_doc())
+    in_a_cpu_op = data.index(b'"ts"', data.index(b'"cat": "cpu_op"', len(data) // 2))
+    broken = data[:in_a_cpu_op] + b"@" + data[in_a_cpu_op + 1 :]
+    assert cut(broken) == whole(data)
+    with pytest.raises(TraceError, match="invalid JSON"):
+        whole(broken)  # decoded whole (a small document), it is an error
 
 
 def test_plain_and_gzip_files_are_read_in_pieces(tmp_path: Path) -> None:
@@ -219,3 +232,39 @@ def test_a_real_trace_cut_in_hundreds_of_pieces() -> None:
     assert len(data) > 200 * PIECE
     expected = whole(data)
     assert cut(data) == expected == cut(data, 2)
+
+
+def _shared_traces() -> list[Path]:
+    from conftest import SHARED_TRACES
+
+    return sorted(p for p in SHARED_TRACES.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _shared_traces(), ids=lambda p: p.name)
+def test_every_shared_trace_read_in_skimmed_pieces_is_the_trace_read_whole(path: Path) -> None:
+    data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+    try:
+        expected = whole(data)
+    except TraceError as exc:
+        with pytest.raises(TraceError) as info:
+            parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=16_000, workers=1))
+        assert info.value.kind == exc.kind
+        return
+    assert parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=16_000, workers=1)) == expected
+    assert parse_trace(data, "doc.json", limits=ReadLimits(piece_bytes=16_000, workers=2)) == expected
+
+
+def test_a_read_is_abandoned_between_pieces_when_asked() -> None:
+    """The agent asks (on SIGTERM) through `cancel`: the read stops at the next piece, not at the end."""
+    data = dumps(big_doc())
+    asked: list[int] = []
+
+    def cancel() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(TraceError, match="read abandoned: the agent is stopping") as info:
+        cut(data, cancel=cancel)
+    assert info.value.kind == "io_error"
+    assert len(asked) == 4 and len(data) > 10 * PIECE  # stopped long before the end

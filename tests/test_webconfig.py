@@ -574,7 +574,8 @@ def test_successful_checks_are_cached_failed_ones_are_not(tmp_path: Path, monkey
     assert not check_basic_auth(cfg, basic("u0", "wrong"))
     assert len(calls) == 3, "failed checks are not cached"
     assert not check_basic_auth(cfg, basic("ghost", PASSWORD))
-    assert len(calls) == 4 and calls[-1] == webconfig._DUMMY_HASH, "an unknown user costs a bcrypt too"
+    assert len(calls) == 4 and calls[-1] == cfg.dummy_hash, "an unknown user costs a bcrypt too"
+    assert calls[-1][:7] == HASH.encode()[:7] == b"$2b$04$", "at the configured cost, not a fixed one"
     for i in range(1, 5):
         assert check_basic_auth(cfg, basic(f"u{i}", PASSWORD))
     assert len(webconfig._cache) == 3, "the cache is bounded"

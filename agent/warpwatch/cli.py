@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from . import __version__
@@ -27,8 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # Building the parser imports every subcommand (a second or two): a Ctrl-C meanwhile ends the
+    # process by the signal's default action, silently (a KeyboardInterrupt raised inside an
+    # import can surface as another exception, with a traceback).
+    quiet = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL) if quiet else None
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    finally:
+        if quiet:
+            signal.signal(signal.SIGINT, previous)
     try:
         code: int = args.func(args)
     except WarpwatchError as exc:

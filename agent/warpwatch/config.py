@@ -34,6 +34,21 @@ ENV_PREFIX = "WARPWATCH_"
 CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
 MAX_DUTY = 0.10
 """Largest window/period accepted without `allow_high_duty`: profiling slows the workload."""
+MAX_PERIOD_S = 24 * 3600.0
+"""Longest period accepted: one window a day (a longer one is a typo, e.g. 1e12)."""
+MAX_WINDOW_S = 600.0
+"""Longest window accepted: Kineto's daemon protocol caps an on-demand trace at 10 minutes, and a
+longer trace would not fit any memory limit anyway."""
+MAX_COLLECT_TIMEOUT_S = 3600.0
+"""Longest wait for a window's trace beyond the window itself."""
+DEFAULT_JITTER_S = 5.0
+"""Jitter when none is set: min(this, period / 10)."""
+
+
+def default_jitter(period: float) -> float:
+    """The jitter used when none is set: min(5 s, period / 10), so that a short period keeps its
+    rhythm (a 2 s period gets 0.2 s, not 5 s, which would be refused as longer than the period)."""
+    return min(DEFAULT_JITTER_S, period / 10.0)
 
 Kind = Literal["str", "int", "duration", "size", "bool", "list", "path", "choice"]
 
@@ -48,6 +63,8 @@ class Setting:
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
+    default_text: str | None = None
+    """How the default reads in the help and the README, when it is derived from other settings."""
 
     @property
     def flag(self) -> str:
@@ -77,7 +94,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("adaptive_window", "bool", False,
             "probe with longer windows now and then, and lengthen the window when kernels comparable to it "
             "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)"),
-    Setting("jitter", "duration", 5.0, "random delay added to each window's start, spreads agents apart"),
+    Setting("jitter", "duration", None, "random delay added to each window's start, spreads agents apart",
+            default_text="min(5s, period/10)"),
     Setting("top_kernels", "int", 50, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
     Setting("log_level", "choice", "info", "log level", choices=("debug", "info", "warning", "error")),
     Setting("log_format", "choice", "text", "log line format: key=value text or JSON",
@@ -258,6 +276,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _default_text(s: Setting) -> str:
+    if s.default_text is not None:
+        return s.default_text
     if s.default is None or s.default == ():
         return "none"
     if s.kind == "duration":
@@ -281,6 +301,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config file {os.fspath(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r}: not UTF-8 text (byte {exc.start}); "
+                          "save it as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -329,15 +352,24 @@ def load_config(
             continue
         try:
             values[s.name] = parse(raw)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{s.name} ({where}): invalid value {raw!r}: {exc}") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ConfigError(f"{s.name} ({where}): invalid value {_shown(raw)}: {exc}") from None
+    if values["jitter"] is None:
+        values["jitter"] = default_jitter(values["period"])
     config = Config(**values)
     validate(config)
     return config
 
 
+def _shown(raw: object) -> str:
+    """A value as quoted in an error: repr, cut to 80 characters (a value may be a whole file)."""
+    text = repr(raw)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def validate(config: Config) -> None:
-    """Check the settings against each other; ConfigError names the setting and what to do."""
+    """Check the settings against each other and their bounds; one ConfigError naming the setting
+    and what to do."""
     if not config.source:
         raise ConfigError("source: no source given; add one, e.g. --source dir:/var/run/traces")
     for name in ("period", "window"):
@@ -346,6 +378,13 @@ def validate(config: Config) -> None:
     for name in ("jitter", "collect_timeout"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name}: must not be negative (got {getattr(config, name):g}s)")
+    for name, bound, why in (
+        ("period", MAX_PERIOD_S, "one window a day"),
+        ("window", MAX_WINDOW_S, "Kineto's on-demand traces are capped at 10 minutes"),
+        ("collect_timeout", MAX_COLLECT_TIMEOUT_S, "an hour"),
+    ):
+        if getattr(config, name) > bound:
+            raise ConfigError(f"{name}: must be at most {bound:g}s ({why}; got {getattr(config, name):g}s)")
     if config.window >= config.period:
         raise ConfigError(f"window: must be shorter than period (window {config.window:g}s, "
                           f"period {config.period:g}s)")

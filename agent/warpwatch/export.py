@@ -43,33 +43,11 @@ from prometheus_client.core import (
 
 from . import __version__
 from . import metricdefs as md
-from .capture import Outcome
 from .labels import KernelNamer, label_text, name_text
-from .model import DeviceProperties, WindowAnalysis
+from .model import FAULTS, OUTCOMES, DeviceProperties, Fault, Outcome, WindowAnalysis
 from .pooling import MEANS, OTHER, GpuRound, GpuSums, KernelSums, StableTopK, fold, merge_round, round_sums
 
-__all__ = ["OTHER", "Snapshot", "SnapshotBuilder", "SnapshotCollector", "WindowResult"]
-OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "failed", "timed_out")
-FAULTS: tuple[tuple[str, str], ...] = (
-    ("capture", "timed_out"),  # a source's window timed out, or its capture() did not return
-    ("capture", "failed"),  # a source's window failed without a trace file (server error, unreadable folder)
-    ("capture", "raised"),  # a source's capture() raised (a bug)
-    ("capture", "skipped_busy"),  # a source still busy with an earlier capture was skipped
-    ("read", "refused_symlink"),  # capture.confine: a link out of the trace folder
-    ("read", "refused_not_regular_file"),  # a FIFO, socket, device or directory
-    ("read", "refused_foreign_owner"),  # another user's file
-    ("read", "io_error"),  # the file could not be opened or read
-    ("read", "too_large"),  # larger than max_trace_bytes
-    ("read", "invalid_trace"),  # empty, truncated, not JSON, not a Kineto trace
-    ("analysis", "unexpected"),  # analysis raised (a bug)
-    ("nvml", "gpu_lost"),  # NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus
-    ("nvml", "error"),  # any other NVML error during a run
-    ("clock", "jump"),  # the wall clock stepped by more than a second against the monotonic clock
-    ("round", "overrun"),  # a scheduled round skipped: the previous one was still running
-    ("round", "unexpected"),  # a round raised (a bug)
-)
-"""(stage, reason) of `warpwatch_errors_total`: public API, like metric names."""
-Fault = tuple[str, str]
+__all__ = ["FAULTS", "OTHER", "OUTCOMES", "Fault", "Snapshot", "SnapshotBuilder", "SnapshotCollector", "WindowResult"]
 DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class ReadLimits:
     """Processes that decode pieces; None: one per core (when the process may fork)."""
     budget: str = ""
     """The figures behind `max_launches`, for the message of a refused window."""
+    cancel: Callable[[], bool] | None = None
+    """Checked between pieces: True abandons the read (an agent that is stopping)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class MemoryBudget:
         return self.cgroup.limit
 
     def read_limits(self, max_bytes: int = DEFAULT_MAX_BYTES, *, workers: int | None = None,
-                    in_use: int | None = None) -> ReadLimits:
+                    in_use: int | None = None, cancel: Callable[[], bool] | None = None) -> ReadLimits:
         """The limits of the next read, the process holding `in_use` bytes (default: its RSS now).
 
         Without a limit: `max_bytes` only. With one: pieces of at most 1/32 of what is free,
@@ -136,7 +139,7 @@ class MemoryBudget:
         """
         limit = self.cgroup.limit
         if limit is None:
-            return ReadLimits(max_bytes=max_bytes, workers=workers)
+            return ReadLimits(max_bytes=max_bytes, workers=workers, cancel=cancel)
         used = rss_bytes() if in_use is None else in_use
         headroom = max(MIN_HEADROOM, int(limit * HEADROOM))
         free = max(0, limit - headroom - used)
@@ -153,7 +156,7 @@ class MemoryBudget:
             f"{launch_bytes / MiB:,.0f} MiB for launches at {each} bytes each"
         )
         return ReadLimits(max_bytes=max_bytes, max_launches=max_launches, piece_bytes=piece,
-                          workers=n if workers is not None or n < _cores() else None, budget=budget)
+                          workers=n if workers is not None or n < _cores() else None, budget=budget, cancel=cancel)
 
     def describe(self, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
         """Figures for the agent's start log line."""

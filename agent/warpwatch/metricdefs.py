@@ -210,6 +210,30 @@ ALL: tuple[MetricDef, ...] = (
     GPU_LOW_CONFIDENCE, CAPTURE_PERIOD, CAPTURE_WINDOW,
 )
 
+# The agent's own operational metrics: rendered at each scrape next to process_* (not part of the
+# window snapshot, so not in `ALL`, which the snapshot collector and the dashboards cover).
+HTTP_CONNECTIONS = MetricDef(
+    "warpwatch_http_connections", "gauge", "HTTP connections open on the metrics port now.")
+HTTP_REJECTED = MetricDef(
+    "warpwatch_http_rejected", "counter",
+    "Connections and requests the metrics port refused or closed early, by reason (too_many_connections, "
+    "evicted, header_timeout, headers_too_large, auth_busy, slow_reader, client_gone, tls_failed).",
+    ("reason",))
+DAEMON_CLIENTS = MetricDef(
+    "warpwatch_daemon_clients", "gauge",
+    "Kineto clients (traced processes) registered with a kineto-daemon source now.", ("source",))
+DAEMON_CLIENTS_SEEN = MetricDef(
+    "warpwatch_daemon_clients_seen", "counter",
+    "Kineto clients that registered with a kineto-daemon source (new sender addresses).", ("source",))
+DAEMON_DATAGRAMS_DROPPED = MetricDef(
+    "warpwatch_daemon_datagrams_dropped", "counter",
+    "Datagrams a kineto-daemon source dropped, by reason (malformed: not a well-formed Kineto message; "
+    "too_many_clients: a new sender beyond the client bound).", ("source", "reason"))
+
+AGENT: tuple[MetricDef, ...] = (
+    HTTP_CONNECTIONS, HTTP_REJECTED, DAEMON_CLIENTS, DAEMON_CLIENTS_SEEN, DAEMON_DATAGRAMS_DROPPED,
+)
+
 
 def exposed_name(m: MetricDef) -> str:
     """The sample name as scraped: counters carry `_total`."""

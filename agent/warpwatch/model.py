@@ -68,6 +68,30 @@ ARTIFACT_EXPLANATIONS: dict[str, str] = {
 }
 """One plain sentence or three per artefact kind, for reports and dashboards."""
 
+Outcome = Literal["ok", "empty", "failed", "timed_out"]
+"""How one capture window ended: analysed with launches, analysed without any, failed, timed out."""
+OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "failed", "timed_out")
+FAULTS: tuple[tuple[str, str], ...] = (
+    ("capture", "timed_out"),  # a source's window timed out, or its capture() did not return
+    ("capture", "failed"),  # a source's window failed without a trace file (server error, unreadable folder)
+    ("capture", "raised"),  # a source's capture() raised (a bug)
+    ("capture", "skipped_busy"),  # a source still busy with an earlier capture was skipped
+    ("read", "refused_symlink"),  # capture.confine: a link out of the trace folder
+    ("read", "refused_not_regular_file"),  # a FIFO, socket, device or directory
+    ("read", "refused_foreign_owner"),  # another user's file
+    ("read", "io_error"),  # the file could not be opened or read
+    ("read", "too_large"),  # larger than max_trace_bytes, or over the memory budget
+    ("read", "invalid_trace"),  # empty, truncated, not JSON, not a Kineto trace
+    ("analysis", "unexpected"),  # analysis raised (a bug)
+    ("nvml", "gpu_lost"),  # NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus
+    ("nvml", "error"),  # any other NVML error during a run
+    ("clock", "jump"),  # the wall clock stepped by more than a second against the monotonic clock
+    ("round", "overrun"),  # a scheduled round skipped: the previous one was still running
+    ("round", "unexpected"),  # a round raised (a bug)
+)
+"""(stage, reason) of `warpwatch_errors_total`: public API, like metric names."""
+Fault = tuple[str, str]
+
 LIMITING_FACTORS: tuple[str, ...] = ("warps", "registers", "shared_memory", "blocks", "barriers")
 
 

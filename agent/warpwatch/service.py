@@ -15,7 +15,7 @@
   analyses are merged into a new `Snapshot` that replaces the old one in one reference swap. A
   failing window changes no gauge, and no exception leaves a round (it is logged and counted).
 - faults: every failed or timed-out window, NVML error, clock step and overrun round is counted
-  in `warpwatch_errors_total{stage,reason}` (`export.FAULTS`); a fault that repeats every round
+  in `warpwatch_errors_total{stage,reason}` (`model.FAULTS`); a fault that repeats every round
   is logged once, then at most every ten minutes with the number of repeats (`logs.RepeatFilter`).
   The wall clock (`clock`) only stamps `warpwatch_last_window_timestamp_seconds`; every duration
   and age (readiness) comes from the monotonic clock.
@@ -30,7 +30,6 @@
 from __future__ import annotations
 
 import argparse
-import gzip
 import logging
 import os
 import re
@@ -39,10 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -52,17 +48,20 @@ from prometheus_client.process_collector import ProcessCollector
 
 from . import __version__
 from .analysis import analyze
-from .capture import CapturedWindow, Outcome, Source, capture_overhead_s
+from .capture import CapturedWindow, Source, capture_overhead_s
 from .capture.confine import RefusedFile, open_confined
 from .config import MAX_DUTY, Config, add_arguments, describe, load_config
-from .errors import TraceError, WarpwatchError
-from .export import Fault, GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
+from .errors import TraceError
+from .export import GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
 from .logs import RepeatFilter, configure, event, limited_event
 from .membudget import MemoryBudget
-from .model import DeviceProperties
+from .model import DeviceProperties, Fault, Outcome
 from .nvml import Nvml, NvmlReading
+from .selfmetrics import AgentCollector
+from .serving import Endpoints, HttpServer, describe_limits
+from .ticker import CLOCK_JUMP_S, Ticker
 from .trace import load_gpu_properties, read_trace
-from .webconfig import WebConfig, authorize, load_web_config, secure_server
+from .webconfig import WebConfig, load_web_config
 from .windowplan import WindowPlanner, agent_chooses_window
 
 log = logging.getLogger("warpwatch.service")
@@ -72,68 +71,7 @@ SHUTDOWN_GRACE_S = 5.0
 CAPTURE_GRACE_S = 5.0
 """Beyond window + collect_timeout, how long a round waits for a source's capture."""
 READY_SLACK_S = 10.0
-CLOCK_JUMP_S = 1.0
-"""A step of the wall clock against the monotonic clock beyond this between two rounds is a fault."""
-
-
-class Ticker:
-    """Calls `tick` every `period` seconds plus a random 0..`jitter`, the first time at once, with
-    APScheduler 3 (`BackgroundScheduler`, `IntervalTrigger`): coalesced misfires (a tick late by
-    several periods stands for all of them, no burst), never two at once. `tick` must return at once.
-
-    APScheduler 3 computes due times on the wall clock, so a step of it (NTP, a resumed VM) would
-    stop ticks for the length of a backward step. A watchdog thread compares the wall clock with
-    the monotonic clock every `watch_s` and, on a step beyond CLOCK_JUMP_S, makes the job due at
-    once: rounds go on after one early tick. `wall` is injectable for tests.
-    """
-
-    JOB_ID = "round"
-
-    def __init__(self, tick: Callable[[], None], period: float, jitter: float = 0.0, *,
-                 wall: Callable[[], float] = time.time, watch_s: float = 1.0) -> None:
-        self._tick = tick
-        self._period = period
-        self._jitter = jitter
-        self._wall = wall
-        self._watch_s = watch_s
-        self._stop = threading.Event()
-        self._scheduler: Any = None
-        self._watchdog: threading.Thread | None = None
-
-    def start(self) -> None:
-        from apscheduler.schedulers.background import BackgroundScheduler
-        from apscheduler.triggers.interval import IntervalTrigger
-
-        # APScheduler logs every job added, run and finished at INFO: our own round lines say it.
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
-        scheduler = BackgroundScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-            timezone=timezone.utc,
-        )
-        scheduler.add_job(
-            self._tick,
-            IntervalTrigger(seconds=self._period, jitter=self._jitter or None, timezone=timezone.utc),
-            id=self.JOB_ID, name="capture window", next_run_time=datetime.now(timezone.utc),
-        )
-        scheduler.start()
-        self._scheduler = scheduler
-        self._watchdog = threading.Thread(target=self._watch, name="warpwatch-clock-watch", daemon=True)
-        self._watchdog.start()
-
-    def _watch(self) -> None:
-        wall0, mono0 = self._wall(), time.monotonic()
-        while not self._stop.wait(self._watch_s):
-            wall, mono = self._wall(), time.monotonic()
-            if abs((wall - wall0) - (mono - mono0)) > CLOCK_JUMP_S and self._scheduler is not None:
-                self._scheduler.modify_job(self.JOB_ID, next_run_time=datetime.now(timezone.utc))
-            wall0, mono0 = wall, mono
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-        if self._watchdog is not None and self._watchdog is not threading.current_thread():
-            self._watchdog.join(2.0)
+_EOF = b"# EOF\n"
 
 
 _RAISED = "capture raised "
@@ -190,10 +128,9 @@ class Service:
         """--adaptive-window: each round's window (windowplan)."""
         self.collector.publish(self.builder.snapshot())
         self._gpu_properties: dict[int, DeviceProperties] | None = None
-        self._server: ThreadingHTTPServer | None = None
+        self._server: HttpServer | None = None
         self.web: WebConfig | None = None
         """TLS / basic auth for every HTTP path (exporter-toolkit web config), when configured."""
-        self._server_thread: threading.Thread | None = None
         self._scheduler: Ticker | None = None
         self._stopping = threading.Event()
         self._round_lock = threading.Lock()
@@ -218,7 +155,7 @@ class Service:
     def port(self) -> int:
         """The bound port (useful with port 0)."""
         assert self._server is not None, "not started"
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def startup(self) -> None:
         """Start everything; raise WarpwatchError (nothing left running) when that is impossible."""
@@ -234,12 +171,16 @@ class Service:
             if self.nvml.start():
                 self._publish_nvml(NvmlReading(True))
             self._start_http()
+            self._started_at = self.monotonic()
+            self._start_scheduler()
         except BaseException:
+            if self._scheduler is not None:
+                self._scheduler.stop()
+            if self._server is not None:
+                self._server.stop()
             self._close_sources()
             self.nvml.close()
             raise
-        self._started_at = self.monotonic()
-        self._start_scheduler()
 
     def _start_sources(self) -> None:
         if self._build_sources:
@@ -252,23 +193,16 @@ class Service:
 
     def _start_http(self) -> None:
         c = self.config
-        handler = _make_handler(self)
-        try:
-            server = _HTTPServer((c.address, c.port), handler)
-        except OSError as exc:
-            raise WarpwatchError(
-                f"cannot listen on {c.address}:{c.port}: {exc.strerror or exc}; "
-                "choose another address or port with --address / --port") from None
-        server.daemon_threads = True
-        if self.web is not None:
-            secure_server(server, self.web)
+        endpoints = Endpoints(self.render, self.readiness, self.web)
+        server = HttpServer(endpoints, c.address, c.port, web=self.web)
+        self.self_registry.register(AgentCollector(http=server, sources=self.sources))
+        server.start()
         self._server = server
-        self._server_thread = threading.Thread(target=server.serve_forever, name="warpwatch-http", daemon=True)
-        self._server_thread.start()
         host = c.address
         scheme = "https" if self.web is not None and self.web.tls is not None else "http"
         event(log, "listening", address=host, port=self.port,
-              url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics")
+              url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics",
+              **describe_limits(server.limits))
 
     def _start_scheduler(self) -> None:
         self._scheduler = Ticker(self._tick, self.config.period, self.config.jitter)
@@ -316,8 +250,7 @@ class Service:
             event(log, "window_abandoned", logging.WARNING,
                   reason=f"still running {self.config.window + SHUTDOWN_GRACE_S:g}s after the stop request")
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
         self.nvml.close()
         event(log, "stopped", rounds=self._rounds)
 
@@ -507,7 +440,8 @@ class Service:
         try:
             with open_confined(cw.path) as opened:
                 trace = read_trace(opened.reader_path, gpu_properties=self._gpu_properties,
-                                   limits=self.memory.read_limits(self.config.max_trace_bytes))
+                                   limits=self.memory.read_limits(self.config.max_trace_bytes,
+                                                                  cancel=self._stopping.is_set))
             analysis = analyze(trace, requested=cw.requested)
         except RefusedFile as exc:
             fault: Fault = ("read", "io_error" if exc.reason == "unreadable" else f"refused_{exc.reason}")
@@ -541,91 +475,27 @@ class Service:
         """One `window` line; the same failure every round (a bad file replayed, a process that
         never answers) is rate-limited."""
         file = cw.path.name if cw.path is not None else None
-        limited_event(log, self._repeats, _repeat_key(cw.source, outcome, file or "", error), "window",
+        # The file name is kept as it is: distinct files are distinct faults (only numbers in the
+        # error, sizes or pids, are folded).
+        limited_event(log, self._repeats, (*_repeat_key(cw.source, outcome, error), file), "window",
                       logging.ERROR if exc is not None else logging.WARNING, exc_info=exc,
                       source=cw.source, file=file, outcome=outcome,
                       seconds=None if seconds is None else round(seconds, 4), error=error)
 
 
 # ---------------------------------------------------------------------------------------------
-# HTTP
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    """A threaded HTTP server with room for a burst of scrapes: with the default listen backlog
-    of 5, connections beyond it wait for the client's SYN retries (1, 2, 4... s), for a minute
-    and more while a heavy window keeps the process busy."""
-
-    request_queue_size = 128
-
-
-_EOF = b"# EOF\n"
-_INDEX = (b"<html><head><title>warpwatch</title></head><body><h1>warpwatch</h1>"
-          b'<p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a> '
-          b'<a href="/readyz">/readyz</a></p></body></html>\n')
-
-
-def _make_handler(service: Service) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = f"warpwatch/{__version__}"
-
-        _extra: dict[str, str] = {}  # noqa: RUF012 - per request, reset in do_GET
-
-        def do_GET(self) -> None:
-            self._extra = {}
-            if service.web is not None:
-                allowed, self._extra = authorize(service.web, self.headers)
-                if not allowed:
-                    self._send(401, b"unauthorized\n")
-                    return
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                try:
-                    body, content_type = service.render(self.headers.get("Accept", ""))
-                except Exception as exc:  # a bug: answer 500, keep serving
-                    event(log, "scrape_failed", logging.ERROR, exc_info=exc, error=f"{type(exc).__name__}: {exc}")
-                    self._send(500, b"internal error while collecting metrics; see the agent's log\n")
-                    return
-                gz = "gzip" in self.headers.get("Accept-Encoding", "")
-                self._send(200, gzip.compress(body) if gz else body, content_type,
-                           {"Content-Encoding": "gzip"} if gz else None)
-            elif path == "/healthz":
-                self._send(200, b"ok\n")
-            elif path == "/readyz":
-                ready, reason = service.readiness()
-                self._send(200 if ready else 503, (reason + "\n").encode())
-            elif path == "/":
-                self._send(200, _INDEX, "text/html; charset=utf-8")
-            else:
-                self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
-
-        def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8",
-                  headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in {**self._extra, **(headers or {})}.items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            event(log, "http_request", logging.DEBUG, client=self.client_address[0], request=format % args)
-
-    return Handler
-
-
-# ---------------------------------------------------------------------------------------------
 # Signals and CLI
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Each stops the agent cleanly (exit status 0). SIGHUP too: the agent reads its settings once,
+at start, so a "reload" is a restart, which the supervisor (Kubernetes, systemd) then does; before,
+SIGHUP's default action killed the process without a log line and left the daemon's socket file."""
 
 
 @contextmanager
 def handle_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGTERM and SIGINT set `stop` while inside (main thread only); previous handlers restored."""
+    """`STOP_SIGNALS` set `stop` while inside (main thread only); previous handlers restored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -634,7 +504,7 @@ def handle_signals(stop: threading.Event) -> Iterator[None]:
         event(log, "signal", name=signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:

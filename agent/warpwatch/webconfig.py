@@ -38,8 +38,10 @@ never silently ignored):
 - `basic_auth_users`: user -> bcrypt hash ($2a$, $2b$, $2y$). Successful checks are cached (bcrypt
   is slow by design; exporter-toolkit caches too), keyed by a keyed hash of (user, stored hash,
   password), at most `AUTH_CACHE_SIZE` entries; failed ones are not cached, so guessing costs a
-  bcrypt each. Only one bcrypt runs at a time. An unknown user costs a bcrypt too (no user
-  enumeration by timing).
+  bcrypt each. An unknown user costs a bcrypt at the configured cost too (no user enumeration by
+  timing, `dummy_hash`). The agent's HTTP server runs the checks in a small pool with a bounded,
+  per-client fair queue (`serving.auth`): a flood of bad passwords gets 429, and cached
+  credentials skip the queue.
 - `rate_limit`: not supported (rejected).
 
 Everything else in the file, or a misspelt key, is an error. The user list and headers are read
@@ -169,7 +171,19 @@ _TLS_KEYS = ("cert", "key", "client_ca", "cert_file", "key_file", "client_auth_t
 _HTTP_KEYS = ("http2", "headers")
 _BCRYPT_RE = re.compile(rb"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 _DUMMY_HASH = b"$2b$10$g2JGekG2lg0pVluOIUPhjeTfmSRprJjdGU52ARIKUKeCey68A4/sK"
-"""A bcrypt hash of a throw-away password, checked for unknown users so they cost the same time."""
+"""A bcrypt hash of a throw-away password; unknown users are checked against it with its cost
+replaced by the configured one (`WebConfig.dummy_hash`), so they cost the same time."""
+
+
+def dummy_hash(costs: list[int]) -> bytes:
+    """`_DUMMY_HASH` at the most common of the configured bcrypt `costs` (the highest on a tie):
+    an unknown user then takes as long as the users whose hash has that cost. (A fixed cost would
+    tell unknown users from known ones by timing whenever the real hashes have another cost, e.g.
+    `htpasswd -B`'s 5.)"""
+    if not costs:
+        return _DUMMY_HASH
+    cost = max(set(costs), key=lambda c: (costs.count(c), c))
+    return _DUMMY_HASH[:4] + b"%02d" % cost + _DUMMY_HASH[6:]
 
 
 @dataclass(frozen=True)
@@ -206,6 +220,11 @@ class WebConfig:
     @property
     def auth_required(self) -> bool:
         return bool(self.basic_auth_users)
+
+    @property
+    def dummy_hash(self) -> bytes:
+        """The hash an unknown user's password is checked against (`dummy_hash`)."""
+        return dummy_hash([int(h[4:6]) for h in self.basic_auth_users.values()])
 
     def describe(self) -> dict[str, Any]:
         """What is on, for the start-up log line: no secret in it."""
@@ -703,7 +722,6 @@ class _Headers(Protocol):
 _cache: OrderedDict[bytes, None] = OrderedDict()
 _cache_lock = threading.Lock()
 _cache_key = os.urandom(32)
-_bcrypt_lock = threading.Lock()
 
 
 def _cache_id(user: bytes, hashed: bytes, password: bytes) -> bytes:
@@ -725,33 +743,60 @@ def _parse_basic(header: str | None) -> tuple[bytes, bytes] | None:
     return (user, password) if sep else None
 
 
-def check_basic_auth(cfg: WebConfig, authorization_header: str | None) -> bool:
-    """True when the `Authorization` header holds a configured user and their password.
-
-    True too when the file has no `basic_auth_users` (no auth required)."""
-    if not cfg.basic_auth_users:
-        return True
+def _credentials(cfg: WebConfig, authorization_header: str | None) -> tuple[bytes, bytes, bytes, bool] | None:
+    """(cache key, password, hash to check against, user known) for an `Authorization` header;
+    None when it holds no basic credentials at all (refused without a bcrypt)."""
     creds = _parse_basic(authorization_header)
     if creds is None:
-        return False
+        return None
     user_b, password = creds
     try:
         user: str | None = user_b.decode("utf-8")
     except UnicodeDecodeError:
         user = None
     stored = cfg.basic_auth_users.get(user) if user is not None else None
-    hashed = stored if stored is not None else _DUMMY_HASH
-    key = _cache_id(user_b, hashed, password)
+    hashed = stored if stored is not None else cfg.dummy_hash
+    return _cache_id(user_b, hashed, password), password, hashed, stored is not None
+
+
+def cached_basic_auth(cfg: WebConfig, authorization_header: str | None) -> bool:
+    """True when these credentials were verified before (the cache): no bcrypt needed.
+
+    The HTTP server answers such requests at once and queues the others for `check_basic_auth`."""
+    if not cfg.basic_auth_users:
+        return True
+    found = _credentials(cfg, authorization_header)
+    if found is None or not found[3]:
+        return False
     with _cache_lock:
-        if stored is not None and key in _cache:
+        if found[0] in _cache:
+            _cache.move_to_end(found[0])
+            return True
+    return False
+
+
+def check_basic_auth(cfg: WebConfig, authorization_header: str | None) -> bool:
+    """True when the `Authorization` header holds a configured user and their password.
+
+    True too when the file has no `basic_auth_users` (no auth required). Costs one bcrypt unless
+    the credentials are cached or the header holds none; an unknown user costs a bcrypt at the
+    configured cost too (`WebConfig.dummy_hash`). Thread-safe, and takes no global lock: the
+    caller bounds how many run at once (the HTTP server's auth queue)."""
+    if not cfg.basic_auth_users:
+        return True
+    found = _credentials(cfg, authorization_header)
+    if found is None:
+        return False
+    key, password, hashed, known = found
+    with _cache_lock:
+        if known and key in _cache:
             _cache.move_to_end(key)
             return True
-    with _bcrypt_lock:  # one bcrypt at a time: a flood of bad passwords takes one core, not all
-        try:
-            ok = bcrypt.checkpw(password, hashed)
-        except ValueError:  # longer than bcrypt's 72 bytes, or similar: never a match
-            ok = False
-    if not (ok and stored is not None):
+    try:
+        ok = bcrypt.checkpw(password, hashed)
+    except ValueError:  # longer than bcrypt's 72 bytes, or similar: never a match
+        ok = False
+    if not (ok and known):
         return False
     with _cache_lock:
         _cache[key] = None

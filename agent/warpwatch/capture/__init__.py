@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-Outcome = Literal["ok", "empty", "failed", "timed_out"]
+from ..model import Outcome
+
+__all__ = ["CapturedWindow", "Outcome", "Source", "SourceStats", "capture_overhead_s"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,17 @@ class CapturedWindow:
     def done(self, processed: bool = True) -> None:
         if self.on_done is not None:
             self.on_done(processed)
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """What a source counts about its peers, for the agent's own metrics (`selfmetrics`). A source
+    reports it with an optional `stats()` method; the kineto-daemon source does."""
+
+    clients: int
+    clients_seen: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Datagrams dropped by reason (malformed, too_many_clients)."""
 
 
 def capture_overhead_s(source: object) -> float:

@@ -46,13 +46,14 @@ import stat
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
 from ..logs import RepeatFilter, limited_event
-from . import CapturedWindow
+from . import CapturedWindow, SourceStats
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,18 @@ _SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+@:,~-]*")
 """What a trace dir may look like: it is pasted into a KEY=VALUE config text."""
 _MAX_PATH = 1024
 _MAX_WINDOW_MS = 10 * 60 * 1000
+MAX_ACCEPT_S = 15.0
+"""Longest a window waits for ready clients to collect their configs (three polls at Kineto's
+default 5 s interval): a client that missed its poll is not waited for beyond this."""
+MAX_CLIENTS = 1024
+"""Clients (sender addresses) remembered at once; datagrams from new senders beyond are dropped
+and counted (`too_many_clients`): fake senders cannot grow the registry without bound."""
+POLL_GAPS = 4
+"""A client's poll interval is the shortest of its last this many gaps between polls: a missed or
+late poll lengthens one gap, never the estimate."""
+CLIENT_LOG_INTERVAL_S = 60.0
+"""Per-client lines (a new client, a forgotten one) are logged once, then at most once a minute
+with the number left out: a flood of fake senders is a few lines, not one per sender."""
 
 Address = str | bytes
 """A datagram sender: a filesystem path, or bytes starting with NUL for an abstract name."""
@@ -136,7 +149,7 @@ class DaemonClient:
     """A snapshot of one registered Kineto client (one traced process).
 
     `address` is printable (abstract names start with "@"); times are `time.monotonic()`
-    seconds; `poll_interval_s` is the last observed gap between two polls.
+    seconds; `poll_interval_s` is the shortest of the last `POLL_GAPS` gaps between two polls.
     """
 
     address: str
@@ -258,6 +271,7 @@ class _Client:
     polls: int = 0
     poll_interval_s: float | None = None
     gpu: int | None = None
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=POLL_GAPS))
 
     def snapshot(self) -> DaemonClient:
         return DaemonClient(
@@ -302,6 +316,8 @@ class _Window:
 class _Counters:
     datagrams: int = 0
     malformed: int = 0
+    too_many_clients: int = 0
+    clients_seen: int = 0
     configs_sent: int = 0
     send_errors: int = 0
 
@@ -377,6 +393,7 @@ class KinetoDaemonSource:
         self._bound_path: str | None = None
         self._bound_inode: tuple[int, int] | None = None
         self._repeats = RepeatFilter()
+        self._client_lines = RepeatFilter(CLIENT_LOG_INTERVAL_S)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -491,6 +508,14 @@ class KinetoDaemonSource:
         with self._lock:
             return [c.snapshot() for c in sorted(self._clients.values(), key=lambda c: c.first_seen)]
 
+    def stats(self) -> SourceStats:
+        """Clients now, clients seen, datagrams dropped by reason (exported as metrics)."""
+        with self._lock:
+            clients = len(self._clients)
+        c = self._counters
+        return SourceStats(clients=clients, clients_seen=c.clients_seen,
+                           dropped={"malformed": c.malformed, "too_many_clients": c.too_many_clients})
+
     @property
     def malformed_datagrams(self) -> int:
         """Datagrams dropped because they were not well-formed Kineto messages."""
@@ -503,10 +528,11 @@ class KinetoDaemonSource:
     @property
     def capture_overhead_s(self) -> float:
         """How long `capture` may take beyond window + timeout (the service bounds rounds with it):
-        one accept period (1.5 poll intervals + 1 s), the start lead, and Kineto's file write."""
+        one accept period (1.5 poll intervals + 1 s, at most `MAX_ACCEPT_S`), the start lead, and
+        Kineto's file write."""
         with self._lock:
             interval = max([self._interval(c) for c in self._clients.values()], default=self.poll_interval_hint_s)
-        return 1.5 * interval + 1.0 + self.start_lead_s + KINETO_FINISH_S
+        return min(1.5 * interval + 1.0, MAX_ACCEPT_S) + self.start_lead_s + KINETO_FINISH_S
 
     def _interval(self, client: _Client) -> float:
         return client.poll_interval_s if client.poll_interval_s is not None else self.poll_interval_hint_s
@@ -549,7 +575,9 @@ class KinetoDaemonSource:
         now = time.monotonic()
         with self._lock:
             for key in [k for k, c in self._clients.items() if now - c.last_poll > self.client_ttl_s]:
-                log.info("%s: forgetting silent client %s", self.name, _printable(key))
+                limited_event(log, self._client_lines, ("client_forgotten",), "daemon_client_forgotten",
+                              logging.INFO, source=self.name, client=_printable(key),
+                              reason=f"silent for {self.client_ttl_s:g}s")
                 del self._clients[key]
 
     def _handle(self, data: bytes, flags: int, sender: Address | None, sock: socket.socket) -> None:
@@ -569,6 +597,8 @@ class KinetoDaemonSource:
             self._counters.malformed += 1
             log.debug("%s: ignored datagram from %s: %s", self.name, _printable(sender), exc)
             return
+        if not reply:  # dropped (registry full): no answer
+            return
         try:
             sock.sendto(reply, socket.MSG_DONTWAIT, sender)
         except OSError as exc:
@@ -577,20 +607,32 @@ class KinetoDaemonSource:
             if len(reply) > HEADER.size and kind == "req":
                 self._undeliver(sender)
 
-    def _touch(self, sender: Address, pids: tuple[int, ...], job_id: int, now: float) -> _Client:
+    def _touch(self, sender: Address, pids: tuple[int, ...], job_id: int, now: float) -> _Client | None:
+        """The sender's registry entry, new if need be; None (dropped, counted) when the registry is full."""
         client = self._clients.get(sender)
         if client is None:
+            if len(self._clients) >= MAX_CLIENTS:
+                self._counters.too_many_clients += 1
+                limited_event(log, self._client_lines, ("too_many_clients",), "daemon_client_refused",
+                              logging.WARNING, source=self.name, client=_printable(sender),
+                              reason=f"{MAX_CLIENTS} clients registered already")
+                return None
             client = _Client(key=sender, pids=pids, job_id=job_id, can_trace=False, first_seen=now, last_poll=now)
             self._clients[sender] = client
-            log.info("%s: new Kineto client %s pid %s", self.name, _printable(sender), pids[:1])
+            self._counters.clients_seen += 1
+            limited_event(log, self._client_lines, ("new_client",), "daemon_client", logging.INFO,
+                          source=self.name, client=_printable(sender), pid=pids[0] if pids else None)
         return client
 
     def _on_request(self, sender: Address, req: Request) -> bytes:
         now = time.monotonic()
         with self._lock:
             client = self._touch(sender, req.pids, req.job_id, now)
+            if client is None:
+                return b""
             if client.polls:
-                client.poll_interval_s = now - client.last_poll
+                client.gaps.append(now - client.last_poll)
+                client.poll_interval_s = min(client.gaps)
             client.polls += 1
             client.last_poll = now
             client.pids, client.job_id, client.can_trace = req.pids, req.job_id, req.can_trace
@@ -630,6 +672,8 @@ class KinetoDaemonSource:
         now = time.monotonic()
         with self._lock:
             client = self._touch(sender, (ctxt.pid,), ctxt.job_id, now)
+            if client is None:
+                return b""
             client.gpu = ctxt.gpu
             count = sum(1 for c in self._clients.values() if c.gpu == ctxt.gpu)
         return encode_message("ctxt", CONTEXT_REPLY.pack(count))
@@ -655,7 +699,8 @@ class KinetoDaemonSource:
         now = time.monotonic()
         with self._lock:
             ready = [c for c in self._clients.values() if self._is_ready(c, now)]
-            accept_for = 1.5 * max([self._interval(c) for c in ready], default=self.poll_interval_hint_s) + 1.0
+            accept_for = min(1.5 * max([self._interval(c) for c in ready], default=self.poll_interval_hint_s) + 1.0,
+                             MAX_ACCEPT_S)
             if not ready:
                 accept_for = min(accept_for, max(timeout_s, 0.5))
             self._window_seq += 1

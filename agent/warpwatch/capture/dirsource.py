@@ -9,16 +9,23 @@ a window for every file that is
   not temporary (`*.tmp`, `*.part`, `*.partial`), directly in the folder (not in sub-folders);
 - allowed by `warpwatch.capture.confine` (a regular file, or a link to one inside the folder,
   owned by the agent's uid, root or the folder's owner). Anything else with a trace name (a
-  link out of the folder, a FIFO, a device, another user's file) is handed over at once,
-  without ever being opened, so that its window fails with the reason and is counted;
+  link out of the folder, a FIFO, a device, another user's file, a directory named `x.json`)
+  is handed over at once, without ever being opened, so that its window fails with the reason
+  and is counted;
 - finished: same size and modification time in both looks and complete by
-  `warpwatch.capture.files.is_complete_trace_file` (a whole gzip stream; a JSON text from
-  `{` to `}`), or unchanged for longer than `give_up_s` (the service passes
-  `collect_timeout`): then it is handed over anyway and fails its window with the reader's
-  reason (empty, truncated, not JSON), instead of being waited for forever;
-- not processed before: processed files are remembered by (name, size, mtime_ns) for as long
-  as they are in the folder (the memory is pruned to the files present, so it stays bounded);
-  a file rewritten in place counts as new.
+  `warpwatch.capture.files.is_complete_trace_file` (a whole gzip stream, checked to its CRC; a
+  JSON text from `{` to `}`). A plain `.json` must moreover be one whole valid JSON document
+  (`files.is_complete_json`: its last `}` proves nothing while a writer may still append, as a
+  trace written in chunks ends in `}` between two of them), or, for the invalid JSON some
+  Kineto versions write, have stayed unchanged for `json_settle_s` (2 s), by its modification
+  time or since it was first seen so. Or it is handed over
+  anyway once unchanged for longer than `give_up_s` (the service passes `collect_timeout`), and
+  fails its window with the reader's reason (empty, truncated, not JSON, unreadable) instead of
+  being waited for forever;
+- not processed before: processed files are remembered by (name, size, mtime_ns, ctime_ns) for
+  as long as they are in the folder (the memory is pruned to the files present, so it stays
+  bounded); a file rewritten in place counts as new, and so does one whose permissions changed
+  (`chmod` changes ctime): a file unreadable when first seen is read again once it is readable.
 
 A folder that cannot be listed (permissions, I/O error) fails each window with the reason; a
 folder that does not exist yet is waited for.
@@ -48,15 +55,17 @@ from ..errors import CaptureError
 from ..logs import RepeatFilter, event, limited_event
 from . import CapturedWindow
 from .confine import RefusedFile, check
-from .files import TEMP_SUFFIXES, is_finished
+from .files import TEMP_SUFFIXES, is_finished, is_valid_json_file
 
 log = logging.getLogger(__name__)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _WORKER = re.compile(r"^(?P<worker>.+)\.\d{9,}\.pt\.trace\.json(\.gz)?$")
 
-Key = tuple[str, int, int]
-"""(name, size, mtime_ns): a file's identity for "processed before"."""
+Key = tuple[str, int, int, int]
+"""(name, size, mtime_ns, ctime_ns): a file's identity for "processed before"."""
+JSON_SETTLE_S = 2.0
+"""How long a plain `.json` must stay unchanged before it counts as finished (module doc)."""
 
 
 def is_trace_name(name: str) -> bool:
@@ -98,6 +107,7 @@ class DirSource:
         retention_files: int = 0,
         retention_bytes: int = 0,
         give_up_s: float = 30.0,
+        json_settle_s: float = JSON_SETTLE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.folder = Path(folder)
@@ -106,6 +116,7 @@ class DirSource:
         self.retention_files = retention_files
         self.retention_bytes = retention_bytes
         self.give_up_s = give_up_s
+        self.json_settle_s = json_settle_s
         self._clock = clock
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -129,12 +140,16 @@ class DirSource:
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Look, wait `window_s`, look again; return the files finished and not yet processed."""
+        first_at = self._clock()
         look = self._look()
         if isinstance(look, CapturedWindow):
             return [look]
         if look is None:
             return []
         first = look.files
+        with self._lock:
+            for key in first.values():
+                self._first_seen.setdefault(key, first_at)
         if any(key not in self._done_keys() for key in first.values()):
             self._closed.wait(max(0.0, min(window_s, timeout_s if timeout_s > 0 else window_s)))
         if self._closed.is_set():
@@ -144,7 +159,7 @@ class DirSource:
             return [look]
         second = look.files if look is not None else {}
         refused = look.refused if look is not None else frozenset()
-        now = self._clock()
+        now, wall = self._clock(), time.time()
         ready: list[_Entry] = []
         with self._lock:
             present = set(second.values())
@@ -156,8 +171,10 @@ class DirSource:
                 if key in self._processed or key in self._handed:
                     continue
                 seen_at = self._first_seen.setdefault(key, now)
-                stable = first.get(path) == key
-                if path in refused or (stable and is_finished(path, self.folder)):
+                settled = now - seen_at >= self.json_settle_s or wall - key[2] / 1e9 >= self.json_settle_s
+                if path in refused or (first.get(path) == key and is_finished(path, self.folder) and (
+                        settled or not key[0].lower().endswith(".json") or is_valid_json_file(path, self.folder))
+                        and self._unchanged(path, key)):
                     ready.append(_Entry(path, key))
                 elif now - seen_at >= self.give_up_s:
                     ready.append(_Entry(path, key))  # give up waiting: let the reader say what is wrong
@@ -177,6 +194,15 @@ class DirSource:
         self._closed.set()
 
     # -- internals
+
+    def _unchanged(self, path: Path, key: Key) -> bool:
+        """The file still is what `key` says: a writer that appended while it was being checked
+        must not get the earlier key marked processed (the file would be read twice)."""
+        try:
+            st = check(path, self.folder).st
+        except (OSError, RefusedFile):
+            return False
+        return (path.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == key
 
     def _done_keys(self) -> set[Key]:
         with self._lock:
@@ -206,7 +232,10 @@ class DirSource:
                 continue
             path = Path(entry.path)
             try:
-                if entry.is_dir(follow_symlinks=False):
+                if entry.is_dir(follow_symlinks=False):  # reported, not skipped: confine refuses it by name
+                    refused.add(path)
+                    st = entry.stat(follow_symlinks=False)
+                    files[path] = (entry.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                     continue
                 st = check(path, self.folder).st
             except RefusedFile:
@@ -217,7 +246,7 @@ class DirSource:
                     continue
             except OSError:
                 continue
-            files[path] = (entry.name, st.st_size, st.st_mtime_ns)
+            files[path] = (entry.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         return _Look(files, frozenset(refused))
 
     def _done_callback(self, e: _Entry) -> Callable[[bool], None]:

@@ -12,8 +12,12 @@ So a file counts as finished only when
 - for `.gz`: the gzip stream is complete: every member decompresses to its end and its CRC-32
   and length trailer match (`is_complete_gzip`);
 - for `.json`: the first non-blank byte is `{` and the last is `}` (a cheap structural check;
-  the file is not parsed, because some Kineto versions write invalid JSON that the analyser
-  still reads).
+  the file is not required to be valid JSON, because some Kineto versions write invalid JSON
+  that the analyser still reads). A `{` ... `}` file can still be cut between two chunks of a
+  writer (`{"traceEvents": [{...}` ends in `}`), so `is_complete_json` says whether it is one
+  whole JSON document (msgspec's validating skip over the memory-mapped file: no objects built,
+  nothing copied); a folder-watching source hands over a braced file that is not valid JSON only
+  once it has stayed unchanged for a while (`dirsource.JSON_SETTLE_S`).
 
 Callers that poll a folder should also require the size to be unchanged between two polls
 (`SettleTracker`) before calling these, so that the decompression runs about once per file.
@@ -23,10 +27,13 @@ it: never through a link out of its folder, never a FIFO (which would block the 
 
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from .confine import RefusedFile, open_confined
 
@@ -35,8 +42,10 @@ __all__ = [
     "TRACE_SUFFIXES",
     "SettleTracker",
     "is_complete_gzip",
+    "is_complete_json",
     "is_complete_trace_file",
     "is_finished",
+    "is_valid_json_file",
 ]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -134,6 +143,32 @@ def is_complete_trace_file(path: str | os.PathLike[str], *, read_from: str | os.
     except OSError:
         return False
     return first == b"{" and last == b"}"
+
+
+def is_complete_json(path: str | os.PathLike[str]) -> bool:
+    """True when `path` holds exactly one whole, valid JSON document (trailing blanks allowed).
+
+    Validated by msgspec without building any object, over a memory map of the file (the page
+    cache holds it; nothing is copied). False for a missing, empty, unreadable, cut or invalid
+    file; never raises."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return False
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                msgspec.json.decode(mm, type=msgspec.Raw)
+        return True
+    except (OSError, ValueError, msgspec.DecodeError):
+        return False
+
+
+def is_valid_json_file(path: Path, folder: Path | None = None) -> bool:
+    """`is_complete_json` on `path`, read as `confine.open_confined` opens it."""
+    try:
+        with open_confined(path, folder) as opened:
+            return is_complete_json(opened.reader_path)
+    except RefusedFile:
+        return False
 
 
 def is_finished(path: Path, folder: Path | None = None) -> bool:

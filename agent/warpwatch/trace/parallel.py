@@ -26,8 +26,9 @@ import msgspec
 from ..errors import TraceError
 from ..gcpause import gc_paused
 from ..membudget import ReadLimits, may_fork
-from .pieces import Collector, Document, has_amd_device, over_budget
+from .pieces import Collector, Document, Restart, has_amd_device, over_budget
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
+from .skim import skim
 
 PARALLEL_MIN_BYTES = 32 * 1024**2
 """Documents at least this large are decoded by several processes when `workers` allows."""
@@ -104,7 +105,8 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
     workers = _workers(limits.workers, source.size)
     if workers <= 1 or not _looks_like_a_trace(source):
         return None
-    ranges = _cuts(source, limits.piece_bytes)
+    indent = _indent(source)
+    ranges = _cuts(source, limits.piece_bytes, indent)
     if ranges is None:
         return None
     (head_lo, head_hi), *middle, (tail_lo, tail_hi) = ranges
@@ -114,12 +116,12 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
         try:
             head, head_events = _decode_edge(source, head_lo, head_hi, at_start=True)
             tail, tail_events = _decode_edge(source, tail_lo, tail_hi, at_start=False)
-            # An AMD trace's hip* calls may all come after more CPU events than the head holds.
-            hip = (not isinstance(head, list) and has_amd_device(head.deviceProperties)) or HIP_MARK in bytes(
-                source.window(head_lo, min(source.size, head_hi + limits.piece_bytes)))
-            first = scan(head_events, False, interned, hip=hip)
-            last = scan(tail_events, False, interned, hip=hip)
-            scanned = _scan_parallel(source, path, middle, workers, limits, len(first.launches), interned, hip)
+            amd = any(has_amd_device(getattr(top, "deviceProperties", None)) for top in (head, tail))
+            first = scan(head_events, False, interned, hip=amd or HIP_MARK in bytes(source.window(head_lo, head_hi)))
+            last = scan(tail_events, False, interned, hip=amd or HIP_MARK in bytes(source.window(tail_lo, tail_hi)))
+            hip = amd
+            scanned = _scan_parallel(source, path, middle, workers, limits, len(first.launches), interned, hip,
+                                     skimming=indent is not None)
             if scanned is None:
                 return None
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, _Irregular):
@@ -127,9 +129,21 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
         for top in (head, tail):
             if not isinstance(top, list):
                 collector.header(top)
-        for piece in (first, *scanned, last):
-            collector.add(piece)
+        try:
+            for piece in (first, *scanned, last):
+                collector.add(piece)
+        except Restart:
+            return None
     return collector.doc
+
+
+def _indent(source: Source) -> bytes | None:
+    """The whitespace before the first event on its line, when events start lines (`pieces`)."""
+    start = bytes(source.window(0, 4 * 1024**2))
+    key = re.search(rb'"traceEvents"\s*:\s*\[(\s*)\{', start) or re.match(rb"\s*\[(\s*)\{", start)
+    if key is None or b"\n" not in key.group(1):
+        return None
+    return key.group(1).rsplit(b"\n", 1)[1]
 
 
 def _looks_like_a_trace(source: Source) -> bool:
@@ -138,9 +152,10 @@ def _looks_like_a_trace(source: Source) -> bool:
     return lead == b"[" or (lead == b"{" and b'"traceEvents"' in start)
 
 
-def _cuts(source: Source, piece: int) -> list[tuple[int, int]] | None:
+def _cuts(source: Source, piece: int, indent: bytes | None = None) -> list[tuple[int, int]] | None:
     """Byte ranges (start, end) that tile the document: the head (up to the first cut between
-    two events), pieces of about `piece` bytes, and the tail (the last 64 KiB or so)."""
+    two events), pieces of about `piece` bytes, and the tail (the last 64 KiB or so). With
+    `indent`, cuts start a line with that indentation (which makes pieces skimmable)."""
     size = source.size
     key = re.search(rb'"traceEvents"', source.window(0, min(size, 4 * 1024**2)))
     first = (key.start() if key else 0) + EDGE_BYTES
@@ -149,7 +164,7 @@ def _cuts(source: Source, piece: int) -> list[tuple[int, int]] | None:
     for target in targets:
         if target <= bounds[-1]:
             continue
-        cut = _find_cut(source, target)
+        cut = _find_cut(source, target, indent)
         if cut is not None and cut[1] < size:
             bounds.extend(cut)
     bounds.append(size)
@@ -158,11 +173,14 @@ def _cuts(source: Source, piece: int) -> list[tuple[int, int]] | None:
     return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
-def _find_cut(source: Source, target: int) -> tuple[int, int] | None:
-    """The first cut with a newline in it (never inside a JSON string) after `target`."""
+def _find_cut(source: Source, target: int, indent: bytes | None) -> tuple[int, int] | None:
+    """The first cut with a newline in it (never inside a JSON string) after `target`; with
+    `indent`, one whose next event starts a line with that indentation."""
     window = source.window(target, min(source.size, target + _SEARCH_BYTES))
+    indented = None if indent is None else b"\n" + indent + b"{"
     for m in _BETWEEN_EVENTS.finditer(window):
-        if b"\n" in m.group():
+        text = m.group()
+        if b"\n" in text and (indented is None or text.endswith(indented)):
             return target + m.start() + 1, target + m.end() - 1
     return None
 
@@ -188,14 +206,31 @@ def _decode_edge(source: Source, lo: int, hi: int, *, at_start: bool) -> tuple[A
     return top, (events[:-1] if at_start else events[1:])
 
 
-def _scan_range(source: Source, lo: int, hi: int, buf: bytearray, interned: Interned, hip: bool) -> Scanned:
-    """Decode one piece (a run of whole events) and keep what the Trace needs from it."""
+def _scan_range(source: Source, lo: int, hi: int, buf: bytearray, interned: Interned, hip: bool,
+                skimming: bool = False) -> Scanned:
+    """Decode one piece (a run of whole events) and keep what the Trace needs from it; only its
+    GPU events when `skimming` (`skim`; the whole piece when they cannot be told apart)."""
     n = hi - lo
     if len(buf) < n + 2:
         buf.extend(bytes(n + 2 - len(buf)))
     buf[0] = ord("[")
     source.fill(buf, 1, lo, hi)
     buf[n + 1] = ord("]")
+    hip = hip or buf.find(HIP_MARK, 1, n + 1) >= 0
+    if skimming:
+        data = skim(buf, n + 1, hip=hip)
+        if data is not None:
+            try:
+                events = PART_FAST.decode(data)
+                fast = True
+            except msgspec.ValidationError:
+                events, fast = PART.decode(data), False
+            except (msgspec.DecodeError, RecursionError):
+                events = None
+            if events is not None:
+                scanned = scan(events, fast, interned, hip=hip)
+                scanned.events = -1
+                return scanned
     text = memoryview(buf)[: n + 2]
     try:
         return scan(PART_FAST.decode(text), True, interned, hip=hip)
@@ -219,7 +254,8 @@ class _Cap:
 
 
 def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]], workers: int,
-                   limits: ReadLimits, already: int, interned: Interned, hip: bool) -> list[Scanned] | None:
+                   limits: ReadLimits, already: int, interned: Interned, hip: bool, *,
+                   skimming: bool) -> list[Scanned] | None:
     """Scan the pieces in `workers` processes; results in document order, None on any failure.
 
     The piece numbers wait in a pipe that every process reads from, so each takes the next
@@ -236,10 +272,10 @@ def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]],
     children: list[_Child] = []
     try:
         for _ in range(min(workers, len(ranges)) - 1):
-            children.append(_fork_scanner(source, ranges, todo_r, hip))
+            children.append(_fork_scanner(source, ranges, todo_r, hip, skimming))
         buf = bytearray()
         while (i := _next_piece(todo_r)) is not None:
-            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip)
+            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip, skimming and i > 0)
             cap.add(r)
             for child in children:
                 child.receive(results, cap, wait=False)
@@ -296,7 +332,7 @@ class _Child:
         os.close(self.store)
 
 
-def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool) -> _Child:
+def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool, skimming: bool) -> _Child:
     """A child process that scans the pieces it takes from `todo` and stores each result."""
     notes_r, notes_w = os.pipe()
     store = _scratch_file()
@@ -309,7 +345,7 @@ def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, 
             offset = 0
             interned = Interned()
             while (i := _next_piece(todo)) is not None:
-                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip))
+                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip, skimming and i > 0))
                 _write_all(store, payload)
                 os.write(notes_w, _NOTE.pack(i, offset, len(payload)))  # atomic: shorter than PIPE_BUF
                 offset += len(payload)

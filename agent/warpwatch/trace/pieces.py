@@ -53,6 +53,7 @@ from .schema import (
     Scanned,
     scan,
 )
+from .skim import skim
 
 READ_BYTES = 1024**2
 """Bytes read (or decompressed) per system call."""
@@ -61,6 +62,7 @@ SEARCH_BYTES = 256 * 1024
 MAX_PIECES = 4
 """A piece that cannot be cut within this many piece sizes is an error."""
 
+_ANY, _NEWLINE, _INDENTED = 0, 1, 2
 _WS = re.compile(rb"\s*")
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -81,6 +83,14 @@ class Stream:
         self.max_bytes = max_bytes
         self.total = 0
 
+    def restart(self) -> None:
+        """Back to the start of the document (for a second, strict, reading)."""
+        self.total = 0
+        self._restart()
+
+    def _restart(self) -> None:
+        raise NotImplementedError
+
     def read(self, n: int) -> bytes:
         data = self._read(n)
         self.total += len(data)
@@ -98,6 +108,9 @@ class BytesStream(Stream):
         self.view = memoryview(data)
         self.at = 0
 
+    def _restart(self) -> None:
+        self.at = 0
+
     def _read(self, n: int) -> bytes:
         chunk = bytes(self.view[self.at : self.at + n])
         self.at += len(chunk)
@@ -111,6 +124,12 @@ class FileStream(Stream):
         super().__init__(path, max_bytes)
         self.fd = fd
         self.gzip = os.pread(fd, 2, 0) == b"\x1f\x8b"
+        self.inflate = zlib.decompressobj(31) if self.gzip else None
+        self.pending = b""
+        self.file_eof = False
+
+    def _restart(self) -> None:
+        os.lseek(self.fd, 0, os.SEEK_SET)
         self.inflate = zlib.decompressobj(31) if self.gzip else None
         self.pending = b""
         self.file_eof = False
@@ -180,9 +199,18 @@ class Collector:
         self.path = path
         self.limits = limits
         self.doc = Document(Header(), False)
+        self.exact = True
+        """Every event counted so far (no skimmed piece)."""
 
     def add(self, s: Scanned) -> None:
+        """Add the next piece. A skimmed piece (`events` -1: only its GPU events were decoded)
+        leaves the events uncounted, so an error message can no longer give an event's index:
+        Restart."""
         doc = self.doc
+        skimmed = s.events < 0
+        if (s.bad is not None or (not doc.span_seen and s.span_bad is not None)) and (skimmed or not self.exact):
+            raise Restart
+        self.exact = self.exact and not skimmed
         if s.bad is not None:
             index, message = s.bad
             raise TraceError(self.path, message.format(index=doc.events + index))
@@ -192,7 +220,7 @@ class Collector:
         if not doc.span_seen and s.span is not None:
             doc.span = s.span
             doc.span_seen = True
-        doc.events += s.events
+        doc.events += max(0, s.events)
         doc.has_events = doc.has_events or s.events > 0
         doc.launches += s.launches
         if s.hip_calls:
@@ -214,13 +242,23 @@ class _BadCut(Exception):
     """A piece did not end between two events."""
 
 
-def read_document(stream: Stream, limits: ReadLimits, interned: Interned | None = None) -> Document:
-    """Decode the document of `stream` piece by piece (one process)."""
-    return _Reader(stream, limits, interned or Interned()).run()
+class Restart(Exception):
+    """An error message needs the index of an event in a skimmed document: read it again, strictly."""
+
+
+def read_document(stream: Stream, limits: ReadLimits, *, skimming: bool = True) -> Document:
+    """Decode the document of `stream` piece by piece (one process): skimming the pieces after the
+    first (`skim`), and again strictly when an error needs it."""
+    if skimming:
+        try:
+            return _Reader(stream, limits, Interned(), skimming=True).run()
+        except Restart:
+            stream.restart()
+    return _Reader(stream, limits, Interned(), skimming=False).run()
 
 
 class _Reader:
-    def __init__(self, stream: Stream, limits: ReadLimits, interned: Interned) -> None:
+    def __init__(self, stream: Stream, limits: ReadLimits, interned: Interned, *, skimming: bool) -> None:
         self.stream = stream
         self.path = stream.path
         self.limits = limits
@@ -232,9 +270,16 @@ class _Reader:
         """Offset in the document of buf[0]."""
         self.eof = False
         self.is_list = False
-        self.hip: bool | None = None
+        self.amd = False
+        """The head names an AMD device: look for hip* runtime calls everywhere."""
+        self.skimming = skimming
+        self.pieces = 0
+        self.indent: bytes | None = None
 
     def fill(self, size: int) -> None:
+        cancel = self.limits.cancel
+        if cancel is not None and cancel():
+            raise TraceError(self.path, "read abandoned: the agent is stopping", kind="io_error")
         while len(self.buf) < size and not self.eof:
             data = self.stream.read(min(READ_BYTES, size - len(self.buf)))
             if data:
@@ -283,9 +328,8 @@ class _Reader:
         return doc
 
     def scan_events(self, text: bytes | bytearray | memoryview, events: list[Any]) -> None:
-        if self.hip is None:  # the first piece decides: a trace with hip* runtime calls has them throughout
-            self.hip = HIP_MARK in text
-        self.collector.add(scan(events, _is_fast(events), self.interned, hip=self.hip))
+        hip = self.amd or HIP_MARK in text
+        self.collector.add(scan(events, _is_fast(events), self.interned, hip=hip))
 
     # -- head, pieces, tail
 
@@ -307,41 +351,51 @@ class _Reader:
             top = self.decode(bytes(buf[: key.end()]) + b"]}", DOC, 0, head=True)
             if not isinstance(top, list):
                 self.collector.header(top)
-                self.hip = has_amd_device(top.deviceProperties) or None
+                self.amd = has_amd_device(top.deviceProperties)
             self.drop(key.end())
         else:
             raise TraceError(self.path, not_json(bytes(buf[start : start + 16])))
-        self.drop(_WS.match(self.buf).end())  # type: ignore[union-attr]
+        lead = bytes(self.buf[: _WS.match(self.buf).end()])  # type: ignore[union-attr]
+        # Events that each start on a line of their own, indented alike: a cut with exactly that
+        # newline and indentation is between two events (see `find_cut`), so pieces may be skimmed.
+        self.indent = lead.rsplit(b"\n", 1)[1] if b"\n" in lead else None
+        self.skimming = self.skimming and self.indent is not None
+        self.drop(len(lead))
 
     def next_piece(self) -> bool:
         """Decode the next piece of events, extending it past a wrong cut; False: what is
         left (the document is all read) is the tail."""
         at = self.piece - SEARCH_BYTES
-        newline = True
+        form = _INDENTED if self.skimming else _NEWLINE
         while True:
-            cut = self.find_cut(at, newline)
+            cut = self.find_cut(at, form)
             if cut is None:
                 if self.eof:
                     return False
-                if newline:  # a document written on one line: any cut will do (each is checked)
-                    newline = False
+                if form > _ANY:  # a document written on one line: any cut will do (each is checked)
+                    form -= 1
                     continue
                 raise TraceError(self.path, self.no_cut())
             end, nxt = cut
             try:
-                self.decode_piece(end)
+                self.decode_piece(end, skimmable=form == _INDENTED)
             except _BadCut:
                 at = nxt
                 continue
             self.drop(nxt)
             return True
 
-    def find_cut(self, at: int, newline: bool) -> tuple[int, int] | None:
-        """(end of a piece, start of the next) at the first cut from `at` on, reading on as needed."""
+    def find_cut(self, at: int, form: int) -> tuple[int, int] | None:
+        """(end of a piece, start of the next) at the first cut of `form` from `at` on, reading on
+        as needed. _INDENTED: a newline then the first event's indentation before the `{` (a nested
+        object never starts a line there in a pretty-printed document); _NEWLINE: a newline in the
+        cut (never inside a JSON string); _ANY: any `}`, `,`, `{` (each proven by its decode)."""
         limit = MAX_PIECES * self.piece
+        indented = b"\n" + (self.indent or b"") + b"{"
         while True:
             for m in _BETWEEN_EVENTS.finditer(self.buf, at):
-                if not newline or b"\n" in m.group():
+                text = m.group()
+                if form == _ANY or (b"\n" in text and (form == _NEWLINE or text.endswith(indented))):
                     if m.end() >= len(self.buf):
                         break
                     return m.start() + 1, m.end() - 1
@@ -358,12 +412,30 @@ class _Reader:
             f"after byte {self.base:,}: not a trace this reader can cut"
         )
 
-    def decode_piece(self, end: int) -> None:
+    def decode_piece(self, end: int, *, skimmable: bool = False) -> None:
+        self.pieces += 1
+        if skimmable and self.pieces > 1 and self.skim(end):
+            return
         text = memoryview(self.buf)[:end]
         data = b"[" + text + b"]"
         del text
         events = self.decode(data, PART_FAST, 1, piece=True)
         self.scan_events(data, events)
+
+    def skim(self, end: int) -> bool:
+        """Decode only the GPU events of the piece; False: decode it whole."""
+        hip = self.amd or self.buf.find(HIP_MARK, 0, end) >= 0
+        data = skim(self.buf, end, hip=hip)
+        if data is None:
+            return False
+        try:
+            events = _typed(PART_FAST, data)
+        except (msgspec.DecodeError, RecursionError):  # (ValidationError included)
+            return False
+        scanned = scan(events, _is_fast(events), self.interned, hip=hip)
+        scanned.events = -1
+        self.collector.add(scanned)
+        return True
 
     def tail(self) -> None:
         text = bytes(self.buf)
@@ -412,6 +484,8 @@ class _Reader:
 
     def structure(self, exc: msgspec.ValidationError, piece: bool) -> str:
         text = str(exc)
+        if piece and not self.collector.exact and _PATH_INDEX.search(text):
+            raise Restart
         if piece:
             base = self.collector.doc.events
             text = _PATH_INDEX.sub(lambda m: f"`$.traceEvents[{base + int(m.group(1))}]", text)

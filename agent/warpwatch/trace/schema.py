@@ -130,7 +130,8 @@ class Scanned(msgspec.Struct, array_like=True, gc=False):
     """What one piece of `traceEvents` contributes to the Trace."""
 
     events: int
-    """How many events the piece holds (for the index of an event named in an error)."""
+    """How many events the piece holds (for the index of an event named in an error); -1 when
+    it was skimmed (only its GPU events decoded)."""
     launches: list[KernelLaunch]
     correlations: list[int]
     """The correlation id of each launch (-1 when it has none), for `launch_api`."""

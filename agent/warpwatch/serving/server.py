@@ -1,0 +1,518 @@
+"""The agent's HTTP server: aiohttp's low-level server behind an accept loop that bounds what any
+client can hold.
+
+aiohttp (`aiohttp.web.Server`, a documented asyncio protocol factory) parses HTTP/1.1 with
+llhttp (Node.js's parser: request-smuggling checks, line and field size limits answered 400
+before any handler runs), handles keep-alive, pipelining and HEAD, and shuts connections down
+gracefully. It has no deadline for a request's headers, no bound on connections and no hook
+before its parser, so this module owns the sockets and adds them (see `Limits`):
+
+- one event loop in one thread serves every connection: a connection costs an fd and a few KiB,
+  never a thread;
+- at most `max_connections` at once. At the bound, a new connection first evicts the longest
+  waiting one that has no request in progress (an idle keep-alive, a client that sends nothing
+  or too slowly); only when every connection is serving a request is it refused, with a plain
+  `503 Service Unavailable` (a bare close on a TLS port, where no clear-text answer can be read);
+- `header_timeout_s` from accept to the end of the first request's headers (the TLS handshake
+  included), then `idle_timeout_s` from the end of each response to the end of the next
+  request's headers. The deadlines are absolute: trickling a byte at a time does not extend
+  them. A request whose headers never finished gets no response: its connection is closed;
+- at most `max_header_bytes` of request line and headers, counted as they arrive, before
+  parsing and before authentication: beyond it, `431` and close;
+- a response the client does not read within `write_timeout_s` is dropped with its connection;
+- a client that goes away before its response is sent is one log line (rate-limited, never a
+  traceback), as is every other per-connection problem; each is counted in
+  `warpwatch_http_rejected_total{reason}` (`REJECT_REASONS`);
+- TLS (`webconfig`): the first byte is peeked before the handshake, so a plain-HTTP request on
+  the TLS port gets "400 Client sent an HTTP request to an HTTPS server." (as Go answers); each
+  handshake uses the current SSL context, rebuilt when the certificate, key or CA files change
+  (rotation); `client_allowed_sans` is checked before the first byte of HTTP is parsed;
+- `stop()` closes the listening socket and idle connections at once, lets requests in progress
+  finish for at most `shutdown_timeout_s`, then closes the rest: it always returns within that
+  bound (plus a second), and joins every thread it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from ..errors import WarpwatchError
+from ..logs import RepeatFilter, limited_event
+from ..webconfig import WebConfig, _ContextHolder, _san_allowed
+from .endpoints import Endpoints
+
+log = logging.getLogger("warpwatch.http")
+
+REJECT_REASONS: tuple[str, ...] = (
+    "too_many_connections",  # refused at the connection bound (503 or close)
+    "evicted",  # an idle or silent connection closed to make room for a new one
+    "header_timeout",  # a request's headers did not arrive within the deadline (no response)
+    "headers_too_large",  # request line and headers over max_header_bytes (431)
+    "auth_busy",  # the basic-auth queue was full (429)
+    "slow_reader",  # the client did not read its response within write_timeout_s
+    "client_gone",  # the client closed before its response was sent
+    "tls_failed",  # TLS handshake failed, plain HTTP on the TLS port, or a client SAN not allowed
+)
+"""`reason` label values of `warpwatch_http_rejected_total`: public API, like metric names."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may hold, and for how long (module doc)."""
+
+    max_connections: int = 256
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
+    max_header_bytes: int = 32 * 1024
+    shutdown_timeout_s: float = 5.0
+    refusals_in_flight: int = 64
+    """Refused connections whose 503 is still being flushed; beyond, they are closed at once."""
+
+
+_BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 42\r\n\r\n"
+                b"too many connections to warpwatch; retry\r\n\n")
+_TOO_LARGE_ANSWER = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     b"Connection: close\r\nContent-Length: 29\r\n\r\nrequest headers are too large\n")
+_PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                      b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+
+
+class _Conn(asyncio.Protocol):
+    """One accepted connection: forwards to aiohttp's protocol and enforces the deadlines."""
+
+    def __init__(self, server: HttpServer, sock: socket.socket, peer: str) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.inner: Any = None  # aiohttp's RequestHandler, once connected
+        self.transport: asyncio.Transport | None = None
+        self.opening: asyncio.Task[None] | None = None
+        self.in_request = False
+        self.since = time.monotonic()
+        """When the current phase began: accept, or the end of the last response."""
+        self.header_bytes = 0
+        self.requests = 0
+        self.deadline: asyncio.TimerHandle | None = None
+        self.closed = False
+        """Closed, or being closed by us (a close the client did not cause)."""
+
+    # -- asyncio.Protocol, forwarded
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        tls = self.server.tls
+        if tls is not None and tls.client_allowed_sans and not _san_allowed(
+                transport.get_extra_info("peercert"), tls.client_allowed_sans):
+            self.server.reject("tls_failed", self.peer,
+                               "no subject alternative name of the client certificate is in client_allowed_sans")
+            transport.abort()
+            return
+        self.inner = self.server.web_server()
+        self.server.by_handler[self.inner] = self
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed or self.inner is None:
+            return
+        if not self.in_request:
+            self.header_bytes += len(data)
+            if self.header_bytes > self.server.limits.max_header_bytes:
+                self.server.reject("headers_too_large", self.peer,
+                                   f"more than {self.server.limits.max_header_bytes} bytes of request headers")
+                self.close_with(_TOO_LARGE_ANSWER)
+                return
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.in_request and not self.closed:
+            self.server.reject("client_gone", self.peer, "closed before its response was sent"
+                               + (f" ({_reason(exc)})" if exc is not None else ""), level=logging.INFO)
+        self.closed = True
+        self.cancel_deadline()
+        if self.inner is not None:
+            self.server.by_handler.pop(self.inner, None)
+            self.inner.connection_lost(exc)
+        self.server.forget(self)
+
+    # -- phases
+
+    def arm(self, seconds: float) -> None:
+        """Close the connection `seconds` from the start of this phase unless a request arrives."""
+        self.cancel_deadline()
+        loop = asyncio.get_running_loop()
+        self.deadline = loop.call_at(loop.time() + max(0.0, self.since + seconds - time.monotonic()),
+                                     self._expired)
+
+    def cancel_deadline(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _expired(self) -> None:
+        self.deadline = None
+        if self.closed or self.in_request:
+            return
+        if self.header_bytes or not self.requests:  # no request, or part of one, never all its headers
+            self.server.reject("header_timeout", self.peer, "request headers not complete in time; closed "
+                               "without a response")
+        self.abort()
+
+    def begin_request(self) -> None:
+        self.in_request = True
+        self.requests += 1
+        self.header_bytes = 0
+        self.cancel_deadline()
+
+    def end_request(self) -> None:
+        self.in_request = False
+        self.since = time.monotonic()
+        if not self.closed:
+            self.arm(self.server.limits.idle_timeout_s)
+
+    def close_with(self, answer: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.write(answer)
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.cancel_deadline()
+        if self.transport is not None:
+            self.transport.abort()
+        else:
+            if self.opening is not None:
+                self.opening.cancel()
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.server.forget(self)
+        self.closed = True
+
+
+class HttpServer:
+    """Serves `endpoints` on (address, port) with `limits` (module doc): `start()`, `port`, `stop()`."""
+
+    def __init__(self, endpoints: Endpoints, address: str, port: int, *, web: WebConfig | None = None,
+                 limits: Limits | None = None) -> None:
+        self.endpoints = endpoints
+        self.address = address
+        self.requested_port = port
+        self.web = web
+        self.tls = web.tls if web is not None else None
+        self.limits = limits or Limits()
+        self.rejected: dict[str, int] = dict.fromkeys(REJECT_REASONS, 0)
+        """Counts by reason (`REJECT_REASONS`); read by the metrics collector from any thread."""
+        self.by_handler: dict[Any, _Conn] = {}
+        self._conns: dict[_Conn, None] = {}
+        self._refusing = 0
+        self._repeats = RepeatFilter(60.0)
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._accepting: asyncio.Task[None] | None = None
+        self._contexts = _ContextHolder(web, self.tls) if web is not None and self.tls is not None else None
+        self._web_server: Any = None  # aiohttp.web.Server (untyped in aiohttp's stubs)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        assert self._sock is not None, "not started"
+        return int(self._sock.getsockname()[1])
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    def start(self) -> None:
+        """Bind and serve in a thread of its own; WarpwatchError when the address cannot be bound."""
+        try:
+            infos = socket.getaddrinfo(self.address, self.requested_port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+            family, _, _, _, sockaddr = infos[0]
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(sockaddr)
+                sock.listen(min(socket.SOMAXCONN, 1024))
+            except BaseException:
+                sock.close()
+                raise
+        except OSError as exc:
+            raise WarpwatchError(
+                f"cannot listen on {self.address}:{self.requested_port}: {exc.strerror or exc}; "
+                "choose another address or port with --address / --port") from None
+        sock.setblocking(False)
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="warpwatch-http", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        loop.set_exception_handler(self._loop_error)
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._web_server = web.Server(
+            self._handle, access_log=None,
+            keepalive_timeout=self.limits.idle_timeout_s + 5.0,  # ours (`idle_timeout_s`) comes first
+            max_line_size=8190, max_field_size=8190)
+        self._stopping = asyncio.Event()
+        self._accepting = asyncio.create_task(self._accept_loop())
+        self._started.set()
+        await self._stopping.wait()
+        await self._shutdown()
+
+    def web_server(self) -> Any:
+        assert self._web_server is not None
+        return self._web_server()
+
+    def stop(self) -> None:
+        """Graceful shutdown within `limits.shutdown_timeout_s` (module doc); idempotent."""
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._stopping.set)
+            thread.join(self.limits.shutdown_timeout_s + 2.0)
+        self.endpoints.close()
+        if self._sock is not None:
+            self._sock.close()
+
+    async def _shutdown(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(BaseException):
+                await self._accepting
+        if self._sock is not None:
+            self._sock.close()
+        for conn in list(self._conns):
+            if not conn.in_request:
+                conn.abort()
+        deadline = time.monotonic() + self.limits.shutdown_timeout_s
+        while any(c.in_request for c in self._conns) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self._web_server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._web_server.shutdown(0.1), 1.0)
+        for conn in list(self._conns):
+            conn.abort()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+
+    # ------------------------------------------------------------------ connections
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(self._sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:  # EMFILE, ENOBUFS...: wait a little, never spin
+                limited_event(log, self._repeats, ("accept", exc.errno), "http_accept_failed", logging.WARNING,
+                              error=exc.strerror or str(exc))
+                await asyncio.sleep(0.1)
+                continue
+            sock.setblocking(False)
+            peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
+            if len(self._conns) >= self.limits.max_connections and not self._evict():
+                self._refuse(sock, peer)
+                continue
+            conn = _Conn(self, sock, peer)
+            self._conns[conn] = None
+            conn.opening = asyncio.create_task(self._open(conn))
+
+    def _evict(self) -> bool:
+        """Close the longest-waiting connection without a request in progress; False if none."""
+        idle = [c for c in self._conns if not c.in_request]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c.since)
+        self.reject("evicted", oldest.peer, "closed to make room for a new connection (connection bound reached)",
+                    level=logging.INFO)
+        oldest.abort()
+        self._conns.pop(oldest, None)
+        return True
+
+    def _refuse(self, sock: socket.socket, peer: str) -> None:
+        self.reject("too_many_connections", peer,
+                    f"{self.limits.max_connections} connections are serving requests; refused")
+        if self.tls is not None or self._refusing >= self.limits.refusals_in_flight:
+            sock.close()
+            return
+        with contextlib.suppress(OSError):
+            sock.send(_BUSY_ANSWER)
+            sock.shutdown(socket.SHUT_WR)
+        self._refusing += 1
+
+        def close() -> None:
+            self._refusing -= 1
+            sock.close()
+
+        asyncio.get_running_loop().call_later(0.5, close)  # let the 503 reach the client before the close
+
+    def forget(self, conn: _Conn) -> None:
+        self._conns.pop(conn, None)
+
+    async def _open(self, conn: _Conn) -> None:
+        loop = asyncio.get_running_loop()
+        limit = self.limits.header_timeout_s
+        try:
+            if self._contexts is None:
+                await loop.connect_accepted_socket(lambda: conn, conn.sock)
+            else:
+                await asyncio.wait_for(self._open_tls(conn, limit), limit)
+        except (asyncio.TimeoutError, TimeoutError):
+            self.reject("header_timeout" if self._contexts is None else "tls_failed", conn.peer,
+                        "TLS handshake not complete in time", level=logging.DEBUG)
+            conn.abort()
+            return
+        except asyncio.CancelledError:
+            conn.abort()
+            return
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            self.reject("tls_failed", conn.peer, _reason(exc), level=logging.DEBUG)
+            conn.abort()
+            return
+        conn.opening = None
+        if not conn.closed:
+            conn.arm(limit)
+
+    async def _open_tls(self, conn: _Conn, limit: float) -> None:
+        loop = asyncio.get_running_loop()
+        sock = conn.sock
+        while True:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(sock.fileno(), _settle, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(sock.fileno())
+            try:
+                first = sock.recv(1, socket.MSG_PEEK)
+                break
+            except (BlockingIOError, InterruptedError):
+                continue
+        if not first:  # connected and closed (a TCP probe)
+            conn.abort()
+            return
+        if first != b"\x16":  # not a TLS handshake record: most likely plain HTTP
+            self.reject("tls_failed", conn.peer, "not TLS (plain HTTP on the TLS port?)", level=logging.DEBUG)
+            if first.isalpha():
+                with contextlib.suppress(OSError):
+                    await loop.sock_sendall(sock, _PLAIN_HTTP_ANSWER)
+                    sock.shutdown(socket.SHUT_WR)
+                    drained = 0
+                    with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                        while drained < 65536:
+                            chunk = await asyncio.wait_for(loop.sock_recv(sock, 4096), 1.0)
+                            if not chunk:
+                                break
+                            drained += len(chunk)
+            conn.abort()
+            return
+        assert self._contexts is not None
+        await loop.connect_accepted_socket(lambda: conn, sock, ssl=self._contexts.get(),
+                                           ssl_handshake_timeout=limit)
+
+    # ------------------------------------------------------------------ requests
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        conn = self.by_handler.get(request.protocol)
+        if conn is None:  # cannot happen: every aiohttp protocol is made by a _Conn
+            raise web.HTTPServiceUnavailable()
+        conn.begin_request()
+        try:
+            if request.version not in ((1, 0), (1, 1)):  # HTTP/0.9 (llhttp reads it) and anything newer
+                response: web.StreamResponse = web.Response(
+                    status=505, text="HTTP/1.0 or HTTP/1.1 only\n", headers={"Connection": "close"})
+                response.force_close()
+            else:
+                response = await self.endpoints.respond(request, conn.peer)
+            if response.status == 429:
+                self.reject("auth_busy", conn.peer, "basic-auth queue full; answered 429")
+            try:
+                await asyncio.wait_for(self._send(request, response), self.limits.write_timeout_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                self.reject("slow_reader", conn.peer,
+                            f"response not read within {self.limits.write_timeout_s:g}s; connection closed")
+                conn.abort()
+            except (ConnectionError, RuntimeError):  # reset, or writing to a closing transport:
+                conn.abort()  # counted and logged once, as client_gone, when the connection is lost
+            return response
+        finally:
+            conn.end_request()
+
+    @staticmethod
+    async def _send(request: web.BaseRequest, response: web.StreamResponse) -> None:
+        await response.prepare(request)
+        await response.write_eof()
+
+    # ------------------------------------------------------------------ reporting
+
+    def reject(self, reason: str, peer: str, detail: str, level: int = logging.WARNING) -> None:
+        """Count a rejected connection or request and log it: once, then at most once a minute per
+        reason with the number left out (`logs.RepeatFilter`)."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        limited_event(log, self._repeats, ("http", reason), "http_rejected", level,
+                      reason=reason, client=peer, detail=detail)
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's own reports (a transport's fatal error...): one rate-limited line, no traceback."""
+        exc = context.get("exception")
+        error = f"{type(exc).__name__}: {exc}" if exc is not None else str(context.get("message"))
+        limited_event(log, self._repeats, ("asyncio", type(exc).__name__ if exc else "message"), "http_error",
+                      logging.WARNING, error=error)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def describe_limits(limits: Limits) -> dict[str, Any]:
+    """The limits, for the start-up log line."""
+    return {"max_connections": limits.max_connections, "header_timeout_s": limits.header_timeout_s,
+            "idle_timeout_s": limits.idle_timeout_s, "max_header_bytes": limits.max_header_bytes}
+

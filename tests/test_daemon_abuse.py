@@ -1,0 +1,162 @@
+"""The kineto-daemon source under abuse (issue 15), with fake Kineto clients on a private socket
+folder: a client that polls irregularly cannot hold windows open, fake senders cost a few log
+lines and a bounded registry, and what is dropped is counted in metrics a user can read."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from warpwatch import metricdefs as md
+from warpwatch.capture import daemon as daemon_module
+from warpwatch.capture.daemon import KinetoDaemonSource, encode_message
+from warpwatch.selfmetrics import AgentCollector
+
+
+def req(pid: int) -> bytes:
+    return encode_message("req", struct.pack("<iiqi", 3, 1, 0, pid))
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="ww", dir="/tmp"))  # Unix socket paths are short
+    (path / "s").mkdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def client(root: Path, name: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(str(root / "s" / name))
+    s.settimeout(2)
+    return s
+
+
+def test_a_client_that_missed_its_poll_is_waited_for_at_most_the_fixed_bound(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue: a client polling twice 40 s apart held the next window open 61.3 s (1.5 x its gap).
+    Scaled down: gaps of 3 s and a bound of 1 s; the window gives up on it after the bound."""
+    monkeypatch.setattr(daemon_module, "MAX_ACCEPT_S", 1.0)
+    src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"), poll_interval_hint_s=0.5)
+    src.start()
+    c = client(root, "slowclient")
+    daemon = str(root / "s" / "dynolog")
+    try:
+        for i in range(2):
+            if i:
+                time.sleep(3.0)
+            c.sendto(req(os.getpid()), daemon)
+            c.recv(4096)
+        [registered] = src.clients()
+        assert registered.poll_interval_s is not None and registered.poll_interval_s >= 3.0
+        windows = src.capture(0.1, 0.5)  # the client is ready, but does not poll again
+        [window] = windows
+        assert window.outcome == "timed_out"
+        assert "no trace config delivered within 1.0 s" in (window.error or "")
+        assert src.capture_overhead_s == 1.0 + src.start_lead_s + daemon_module.KINETO_FINISH_S
+    finally:
+        c.close()
+        src.close()
+
+
+def test_a_missed_poll_lengthens_one_gap_not_the_clients_interval(root: Path) -> None:
+    src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"))
+    src.start()
+    c = client(root, "c")
+    daemon = str(root / "s" / "dynolog")
+    try:
+        for pause in (0.0, 0.2, 0.2, 1.5):  # three regular polls, then one late
+            time.sleep(pause)
+            c.sendto(req(os.getpid()), daemon)
+            c.recv(4096)
+        [registered] = src.clients()
+        assert registered.poll_interval_s is not None and registered.poll_interval_s < 1.0
+    finally:
+        c.close()
+        src.close()
+
+
+def test_fake_senders_cost_a_few_log_lines_a_bounded_registry_and_are_counted(
+        root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue: one INFO line per new client address, unlimited (47,497 lines from fake senders);
+    malformed datagrams counted nowhere a user could see."""
+    caplog.set_level(logging.INFO, logger="warpwatch.capture.daemon")
+    monkeypatch.setattr(daemon_module, "MAX_CLIENTS", 50)
+    src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"))
+    src.start()
+    daemon = str(root / "s" / "dynolog")
+    senders = [client(root, f"fake{i}") for i in range(80)]
+    try:
+        for i, s in enumerate(senders):
+            s.sendto(req(1000 + i), daemon)
+        for s in senders[:50]:
+            s.recv(4096)  # answered
+        for _ in range(7):
+            senders[0].sendto(b"junk", daemon)
+        deadline = time.monotonic() + 10
+        while src.stats().dropped["malformed"] < 7 or src.stats().dropped["too_many_clients"] < 30:
+            assert time.monotonic() < deadline, src.stats()
+            time.sleep(0.02)
+        stats = src.stats()
+        assert (stats.clients, stats.clients_seen) == (50, 50)
+        assert stats.dropped == {"malformed": 7, "too_many_clients": 30}
+        registry = CollectorRegistry()
+        registry.register(AgentCollector(sources=[src]))
+        labels = {"source": src.name}
+        assert registry.get_sample_value(md.DAEMON_CLIENTS.name, labels) == 50
+        assert registry.get_sample_value(md.exposed_name(md.DAEMON_CLIENTS_SEEN), labels) == 50
+        assert registry.get_sample_value(md.exposed_name(md.DAEMON_DATAGRAMS_DROPPED),
+                                         {**labels, "reason": "malformed"}) == 7
+        assert registry.get_sample_value(md.exposed_name(md.DAEMON_DATAGRAMS_DROPPED),
+                                         {**labels, "reason": "too_many_clients"}) == 30
+    finally:
+        for s in senders:
+            s.close()
+        src.close()
+    events = [r.msg for r in caplog.records if r.levelno >= logging.INFO]
+    assert events.count("daemon_client") == 1  # then at most one a minute, with the count left out
+    assert events.count("daemon_client_refused") == 1
+
+
+def test_the_daemon_thread_survives_a_flood(root: Path) -> None:
+    src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"))
+    src.start()
+    daemon = str(root / "s" / "dynolog")
+    c = client(root, "flood")
+    stop = threading.Event()
+
+    def flood() -> None:
+        while not stop.is_set():
+            try:
+                c.sendto(b"\0" * 40, daemon)
+            except OSError:  # the daemon's receive queue is full: a real flood
+                time.sleep(0.001)
+
+    t = threading.Thread(target=flood)
+    t.start()
+    try:
+        time.sleep(1.0)
+        stop.set()
+        t.join(5)
+        good = client(root, "good")
+        good.sendto(req(os.getpid()), daemon)
+        assert good.recv(4096) == encode_message("req")
+        good.close()
+        assert src.stats().dropped["malformed"] > 100
+    finally:
+        stop.set()
+        c.close()
+        src.close()
