@@ -256,3 +256,13 @@ def test_no_torch_and_no_compiler_in_the_image(rootfs: Path, container: str) -> 
     proc = _run("buildah", "run", "--isolation", "chroot", container, "--", "python3", "-c",
                 "import importlib.util as u; print(u.find_spec('torch') is None)")
     assert proc.stdout.strip() == "True"
+
+
+def test_the_image_reads_traces_with_the_compiled_scanner(container: str) -> None:
+    """The builder stage compiled warpwatch's C extension (and its compiler stayed there: the test
+    above); the image's Python loads it, so the agent reads with it (tests/test_gpuscan.py)."""
+    proc = _run("buildah", "run", "--isolation", "chroot", "--user", "65532:65532", container, "--",
+                "/opt/warpwatch/venv/bin/python", "-c",
+                "from warpwatch.trace import skim, _gpuscan; print(skim.NATIVE, _gpuscan.__file__)")
+    native, where = proc.stdout.split()
+    assert native == "True" and where.startswith("/opt/warpwatch/venv/lib/"), proc.stdout + proc.stderr

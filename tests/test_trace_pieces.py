@@ -18,9 +18,16 @@ from tracebuild import H100, kernel, span, trace_doc
 from warpwatch.errors import TraceError
 from warpwatch.membudget import ReadLimits
 from warpwatch.model import Trace
-from warpwatch.trace import parallel, parse_trace, pieces, read_trace
+from warpwatch.trace import parallel, parse_trace, pieces, read_trace, skim
 
 PIECE = 4_000
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: skimming with the compiled scanner (`_gpuscan.c`) and in Python alone."""
+    if request.param == "python":
+        monkeypatch.setattr(skim, "NATIVE", False)
 
 
 @pytest.fixture(autouse=True)

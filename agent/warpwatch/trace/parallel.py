@@ -28,7 +28,7 @@ from ..gcpause import gc_paused
 from ..membudget import ReadLimits, may_fork
 from .pieces import Collector, Document, Restart, has_amd_device, over_budget
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
-from .skim import skim
+from .skim import skim_scan
 
 PARALLEL_MIN_BYTES = 32 * 1024**2
 """Documents at least this large are decoded by several processes when `workers` allows."""
@@ -216,21 +216,11 @@ def _scan_range(source: Source, lo: int, hi: int, buf: bytearray, interned: Inte
     buf[0] = ord("[")
     source.fill(buf, 1, lo, hi)
     buf[n + 1] = ord("]")
-    hip = hip or buf.find(HIP_MARK, 1, n + 1) >= 0
     if skimming:
-        data = skim(buf, n + 1, hip=hip)
-        if data is not None:
-            try:
-                events = PART_FAST.decode(data)
-                fast = True
-            except msgspec.ValidationError:
-                events, fast = PART.decode(data), False
-            except (msgspec.DecodeError, RecursionError):
-                events = None
-            if events is not None:
-                scanned = scan(events, fast, interned, hip=hip)
-                scanned.events = -1
-                return scanned
+        scanned = skim_scan(buf, n + 1, interned, amd=hip)
+        if scanned is not None:
+            return scanned
+    hip = hip or buf.find(HIP_MARK, 1, n + 1) >= 0
     text = memoryview(buf)[: n + 2]
     try:
         return scan(PART_FAST.decode(text), True, interned, hip=hip)

@@ -53,7 +53,7 @@ from .schema import (
     Scanned,
     scan,
 )
-from .skim import skim
+from .skim import skim_scan
 
 READ_BYTES = 1024**2
 """Bytes read (or decompressed) per system call."""
@@ -424,16 +424,9 @@ class _Reader:
 
     def skim(self, end: int) -> bool:
         """Decode only the GPU events of the piece; False: decode it whole."""
-        hip = self.amd or self.buf.find(HIP_MARK, 0, end) >= 0
-        data = skim(self.buf, end, hip=hip)
-        if data is None:
+        scanned = skim_scan(self.buf, end, self.interned, amd=self.amd)
+        if scanned is None:
             return False
-        try:
-            events = _typed(PART_FAST, data)
-        except (msgspec.DecodeError, RecursionError):  # (ValidationError included)
-            return False
-        scanned = scan(events, _is_fast(events), self.interned, hip=hip)
-        scanned.events = -1
         self.collector.add(scanned)
         return True
 
