@@ -21,8 +21,8 @@ from warpwatch import analysis  # noqa: E402
 from warpwatch.gcpause import gc_paused  # noqa: E402
 from warpwatch.membudget import PIECE_BYTES  # noqa: E402
 from warpwatch.trace import read_trace  # noqa: E402
-from warpwatch.trace.pieces import FileStream  # noqa: E402
 from warpwatch.trace.schema import PART_FAST, Interned, scan  # noqa: E402
+from warpwatch.trace.streams import FileStream  # noqa: E402
 
 
 def main(path: str) -> None:

@@ -123,10 +123,10 @@ def test_launch_apis_survive_a_trace_decoded_in_pieces(
 ) -> None:
     """The MI250 events spread over many pieces (runtime events and kernels in different ones),
     decoded in this process or by three (whose results travel back as msgpack)."""
-    from warpwatch.trace import parallel, pieces
+    from warpwatch.trace import parallel, pieces, streams
 
     monkeypatch.setattr(pieces, "SEARCH_BYTES", 1_000)
-    monkeypatch.setattr(pieces, "READ_BYTES", 1_500)
+    monkeypatch.setattr(streams, "READ_BYTES", 1_500)
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 20_000)
     monkeypatch.setattr(parallel, "EDGE_BYTES", 2_000)
     with gzip.open(MI250, "rt") as fh:

@@ -18,7 +18,7 @@ from tracebuild import H100, kernel, span, trace_doc
 from warpwatch.errors import TraceError
 from warpwatch.membudget import ReadLimits
 from warpwatch.model import Trace
-from warpwatch.trace import parallel, parse_trace, pieces, read_trace, skim
+from warpwatch.trace import parallel, parse_trace, pieces, read_trace, skim, streams
 
 PIECE = 4_000
 
@@ -33,7 +33,7 @@ def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.fixture(autouse=True)
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pieces, "SEARCH_BYTES", 1_000)
-    monkeypatch.setattr(pieces, "READ_BYTES", 1_500)
+    monkeypatch.setattr(streams, "READ_BYTES", 1_500)
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 20_000)
     monkeypatch.setattr(parallel, "EDGE_BYTES", 2_000)
 

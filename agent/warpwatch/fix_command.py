@@ -33,7 +33,7 @@ from .errors import TraceError
 from .escape import printable
 from .model import LaunchMetrics
 from .trace import DEFAULT_MAX_BYTES, KERNEL_CATEGORIES, parse_trace
-from .trace.pieces import sanitize
+from .trace.repair import sanitize
 
 REPORTED_PREFIX = "reported "
 """Prefix (not a suffix: HTA drops parenthesised parts of arg names, so `x (reported)` would read as `x`)."""

@@ -4,9 +4,16 @@ Reading is split from parsing, and both from what is kept:
 
 - `schema`: the msgspec types decoded from a trace, and the scan that keeps from a list of
   events what the Trace needs (kernel launches, the Trace span, the GPU extent, hip calls);
-- `pieces`: the piece reader: a file read and decompressed in bounded pieces, each decoded
-  strictly, repaired only where Kineto wrote invalid JSON, and dropped before the next;
+- `skim`: the GPU events of a piece found in its bytes (by category) and decoded alone, the
+  CPU-side ones never decoded (with `_gpuscan`, its optional compiled scanner);
+- `streams`: a document's decompressed text, a bounded read at a time (plain, gzip, bytes);
+- `pieces`: the piece reader: a document cut into bounded pieces, each decoded strictly and
+  dropped before the next;
+- `repair`: Kineto's invalid JSON (bare inf/nan, raw control characters) made valid, only in a
+  piece whose decode stopped at it;
+- `document`: what the pieces add up to (launches, span, hip calls), under the launch cap;
 - `parallel`: the same pieces decoded by several processes (plain files, no other threads);
+- `messages`: the wording of errors that both readers give;
 - `build`: `read_trace` / `parse_trace`, and the decoded document -> `Trace`;
 - `devices`: device properties, from a trace or a `--gpu-properties` file.
 

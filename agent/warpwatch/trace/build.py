@@ -19,8 +19,10 @@ from ..membudget import DEFAULT_MAX_BYTES, MemoryBudget, ReadLimits
 from ..model import DeviceProperties, KernelLaunch, Trace, TraceWindow
 from . import parallel
 from .devices import device_properties
-from .pieces import BytesStream, Document, FileStream, read_document
+from .document import Document
+from .pieces import read_document
 from .schema import dims, is_int
+from .streams import BytesStream, FileStream
 
 
 def read_trace(

@@ -26,7 +26,8 @@ import msgspec
 from ..errors import TraceError
 from ..gcpause import gc_paused
 from ..membudget import ReadLimits, may_fork
-from .pieces import Collector, Document, Restart, has_amd_device, over_budget
+from .document import Collector, Document, Restart, has_amd_device
+from .messages import over_budget, too_large
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
 from .skim import skim_scan
 
@@ -91,8 +92,6 @@ def read_file(fd: int, path: str, limits: ReadLimits) -> Document | None:
     if os.pread(fd, 2, 0) == b"\x1f\x8b":
         return None
     if size > limits.max_bytes:
-        from .pieces import too_large
-
         raise TraceError(path, too_large(limits.max_bytes), kind="too_large")
     return _read(FileSource(fd, size), path, limits)
 

@@ -4,7 +4,8 @@ by piece; never the whole file, never its whole decompressed text.
 Layout of a document: a head (the top-level keys before `traceEvents`, up to its `[`), the
 events, and a tail (the last events, `]`, the keys after them). The reader
 
-- reads (and gunzips, `zlib` with a bound on each output) about `piece_bytes` at a time;
+- reads (and gunzips, `zlib` with a bound on each output) about `piece_bytes` at a time, from a
+  `streams.Stream`;
 - decodes the head alone: a file that is not a trace fails there, within its first piece;
 - cuts the events between two events (at `}` `,` `{`, preferring a cut with a newline in it,
   which is never inside a JSON string) and decodes each piece strictly as a list of events.
@@ -13,8 +14,9 @@ events, and a tail (the last events, `]`, the keys after them). The reader
   wrongly and is extended to the next cut (up to `MAX_PIECES` pieces); one that fails inside
   is invalid JSON, reported with its offset in the document;
 - repairs Kineto's invalid JSON (bare `inf`/`nan`, raw control characters in strings) only
-  in a piece whose decode stopped at such a token, and only in that piece;
-- keeps from each piece what the Trace needs (`schema.scan`) and drops the rest before the next.
+  in a piece whose decode stopped at such a token, and only in that piece (`repair`);
+- keeps from each piece what the Trace needs (`schema.scan`) and drops the rest before the next;
+  a `document.Collector` adds up what the pieces keep.
 
 Memory is then the pieces in flight plus what is kept (`membudget`): a read that would keep
 more kernel launches than `ReadLimits.max_launches` stops with a `too_large` TraceError.
@@ -26,11 +28,7 @@ one.
 
 from __future__ import annotations
 
-import math
-import os
 import re
-import zlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -38,25 +36,14 @@ import msgspec
 from ..errors import TraceError
 from ..gcpause import gc_paused
 from ..membudget import ReadLimits
-from ..model import KernelLaunch
-from .schema import (
-    DOC,
-    DOC_FAST,
-    HEADER_FIELDS,
-    HIP_MARK,
-    PART,
-    PART_FAST,
-    Event,
-    FastHeader,
-    Header,
-    Interned,
-    Scanned,
-    scan,
-)
+from . import streams
+from .document import Collector, Document, Restart, has_amd_device
+from .messages import not_json
+from .repair import repairable, sanitize
+from .schema import DOC, DOC_FAST, HIP_MARK, PART, PART_FAST, Event, Header, Interned, scan
 from .skim import skim_scan
+from .streams import Stream
 
-READ_BYTES = 1024**2
-"""Bytes read (or decompressed) per system call."""
 SEARCH_BYTES = 256 * 1024
 """How far past its target size a piece may run to find a cut."""
 MAX_PIECES = 4
@@ -68,182 +55,10 @@ _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BYTE = re.compile(r"\(byte (\d+)\)")
 _PATH_INDEX = re.compile(r"`\$\[(\d+)\]")
-_NON_FINITE = re.compile(rb"-?(?:Infinity|inf|NaN|nan)")
-
-
-# --- Decompressed text, a bounded read at a time
-
-
-class Stream:
-    """The document's text: `read(n)` gives at most n bytes (b"" at the end); never more than
-    `max_bytes` in all (then a `too_large` TraceError)."""
-
-    def __init__(self, path: str, max_bytes: int) -> None:
-        self.path = path
-        self.max_bytes = max_bytes
-        self.total = 0
-
-    def restart(self) -> None:
-        """Back to the start of the document (for a second, strict, reading)."""
-        self.total = 0
-        self._restart()
-
-    def _restart(self) -> None:
-        raise NotImplementedError
-
-    def read(self, n: int) -> bytes:
-        data = self._read(n)
-        self.total += len(data)
-        if self.total > self.max_bytes:
-            raise TraceError(self.path, too_large(self.max_bytes), kind="too_large")
-        return data
-
-    def _read(self, n: int) -> bytes:
-        raise NotImplementedError
-
-
-class BytesStream(Stream):
-    def __init__(self, data: bytes, path: str, max_bytes: int) -> None:
-        super().__init__(path, max_bytes)
-        self.view = memoryview(data)
-        self.at = 0
-
-    def _restart(self) -> None:
-        self.at = 0
-
-    def _read(self, n: int) -> bytes:
-        chunk = bytes(self.view[self.at : self.at + n])
-        self.at += len(chunk)
-        return chunk
-
-
-class FileStream(Stream):
-    """A plain file, or a gzip one (gzip magic), read `READ_BYTES` at a time."""
-
-    def __init__(self, fd: int, path: str, max_bytes: int) -> None:
-        super().__init__(path, max_bytes)
-        self.fd = fd
-        self.gzip = os.pread(fd, 2, 0) == b"\x1f\x8b"
-        self.inflate = zlib.decompressobj(31) if self.gzip else None
-        self.pending = b""
-        self.file_eof = False
-
-    def _restart(self) -> None:
-        os.lseek(self.fd, 0, os.SEEK_SET)
-        self.inflate = zlib.decompressobj(31) if self.gzip else None
-        self.pending = b""
-        self.file_eof = False
-
-    def _read(self, n: int) -> bytes:
-        if self.inflate is None:
-            return os.read(self.fd, n)
-        while True:
-            d = self.inflate
-            if d.eof:  # end of a gzip member: another may follow (a concatenated .gz)
-                rest = d.unused_data + self.pending
-                self.pending = b""
-                while len(rest) < 2 and not self.file_eof:
-                    more = os.read(self.fd, READ_BYTES)
-                    self.file_eof = not more
-                    rest += more
-                if not rest.strip(b"\0"):
-                    if self.file_eof:
-                        return b""
-                    rest = b""
-                    continue
-                if rest[:2] != b"\x1f\x8b":
-                    raise TraceError(self.path, "corrupt gzip data (trailing garbage after the compressed data)")
-                self.inflate = d = zlib.decompressobj(31)
-                self.pending = rest
-            source = d.unconsumed_tail or self.pending
-            self.pending = b""
-            if not source:
-                source = os.read(self.fd, READ_BYTES)
-                if not source:
-                    self.file_eof = True
-                    raise TraceError(
-                        self.path, "truncated gzip stream (the file ends before the compressed data does)"
-                    )
-            try:
-                out = d.decompress(source, n)
-            except zlib.error as exc:
-                raise TraceError(self.path, f"corrupt gzip data ({exc})") from None
-            if out:
-                return out
-
-
-# --- The document, piece by piece
-
-
-@dataclass
-class Document:
-    """A decoded trace before device properties are resolved."""
-
-    header: Header
-    has_events: bool
-    launches: list[KernelLaunch] = field(default_factory=list)
-    span: tuple[float, float] | None = None
-    gpu_lo: float = math.inf
-    gpu_hi: float = -math.inf
-    hip_calls: dict[int, tuple[str, Any, Any]] = field(default_factory=dict)
-    """correlation -> (name, grid, block) of the hip* runtime events."""
-    correlations: list[int] = field(default_factory=list)
-    events: int = 0
-    span_seen: bool = False
-
-
-class Collector:
-    """Adds up the pieces' contributions, in document order, under the launch cap."""
-
-    def __init__(self, path: str, limits: ReadLimits) -> None:
-        self.path = path
-        self.limits = limits
-        self.doc = Document(Header(), False)
-        self.exact = True
-        """Every event counted so far (no skimmed piece)."""
-
-    def add(self, s: Scanned) -> None:
-        """Add the next piece. A skimmed piece (`events` -1: only its GPU events were decoded)
-        leaves the events uncounted, so an error message can no longer give an event's index:
-        Restart."""
-        doc = self.doc
-        skimmed = s.events < 0
-        if (s.bad is not None or (not doc.span_seen and s.span_bad is not None)) and (skimmed or not self.exact):
-            raise Restart
-        self.exact = self.exact and not skimmed
-        if s.bad is not None:
-            index, message = s.bad
-            raise TraceError(self.path, message.format(index=doc.events + index))
-        if not doc.span_seen and s.span_bad is not None:
-            index, message = s.span_bad
-            raise TraceError(self.path, message.format(index=doc.events + index))
-        if not doc.span_seen and s.span is not None:
-            doc.span = s.span
-            doc.span_seen = True
-        doc.events += max(0, s.events)
-        doc.has_events = doc.has_events or s.events > 0
-        doc.launches += s.launches
-        if s.hip_calls:
-            doc.hip_calls.update((c, (name, grid, block)) for c, name, grid, block in s.hip_calls)
-        doc.correlations += s.correlations
-        doc.gpu_lo = min(doc.gpu_lo, s.gpu_lo)
-        doc.gpu_hi = max(doc.gpu_hi, s.gpu_hi)
-        cap = self.limits.max_launches
-        if cap is not None and len(doc.launches) > cap:
-            raise TraceError(self.path, over_budget(cap, self.limits.budget), kind="too_large")
-
-    def header(self, top: Header | FastHeader) -> None:
-        for key in HEADER_FIELDS:
-            if getattr(top, key) is not None:
-                setattr(self.doc.header, key, getattr(top, key))
 
 
 class _BadCut(Exception):
     """A piece did not end between two events."""
-
-
-class Restart(Exception):
-    """An error message needs the index of an event in a skimmed document: read it again, strictly."""
 
 
 def read_document(stream: Stream, limits: ReadLimits, *, skimming: bool = True) -> Document:
@@ -281,7 +96,7 @@ class _Reader:
         if cancel is not None and cancel():
             raise TraceError(self.path, "read abandoned: the agent is stopping", kind="io_error")
         while len(self.buf) < size and not self.eof:
-            data = self.stream.read(min(READ_BYTES, size - len(self.buf)))
+            data = self.stream.read(min(streams.READ_BYTES, size - len(self.buf)))
             if data:
                 self.buf += data
             else:
@@ -462,7 +277,7 @@ class _Reader:
         except RecursionError:  # msgspec decodes nested arrays and objects recursively
             raise TraceError(self.path, "invalid JSON (arrays or objects nested too deeply)") from None
         at = _error_byte(first)
-        if at is not None and _repairable(data, at):
+        if at is not None and repairable(data, at):
             try:
                 return _typed(decoder, sanitize(data))
             except msgspec.ValidationError as exc:
@@ -500,12 +315,6 @@ def _is_fast(events: list[Any]) -> bool:
     return not events or type(events[0]) is not Event
 
 
-def has_amd_device(props: object) -> bool:
-    """An AMD device in `deviceProperties`: its trace's runtime events say the grid's unit."""
-    entries = props if isinstance(props, list) else [props]
-    return any(isinstance(e, dict) and (e.get("warpSize") == 64 or "AMD" in str(e.get("name"))) for e in entries)
-
-
 def _typed(decoder: Any, data: bytes) -> Any:
     """Strict types, then the permissive ones."""
     if decoder is PART_FAST:
@@ -524,44 +333,3 @@ def _typed(decoder: Any, data: bytes) -> Any:
 def _error_byte(exc: Exception) -> int | None:
     m = _BYTE.search(str(exc))
     return int(m.group(1)) if m else None
-
-
-def _repairable(data: bytes, at: int) -> bool:
-    """Did the decoder stop at a token Kineto writes invalidly?"""
-    return at < len(data) and (data[at] < 0x20 or _NON_FINITE.match(data, at) is not None)
-
-
-# A JSON string, or a bare non-finite token outside strings. Strings are matched first so
-# that `"inf"` inside a string is left alone.
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|-?(?:Infinity|inf|NaN|nan)\b', re.DOTALL)
-_CONTROL = re.compile(rb"[\x00-\x1f]")
-
-
-def sanitize(data: bytes) -> bytes:
-    """Make Kineto's known invalid JSON valid: quote bare inf/nan, escape raw control characters.
-
-    Applied to one piece (at most `MAX_PIECES` x `piece_bytes`), never to a whole document."""
-
-    def fix(m: re.Match[bytes]) -> bytes:
-        tok = m.group(0)
-        if tok[:1] == b'"':
-            return _CONTROL.sub(lambda c: b"\\u%04x" % c.group(0)[0], tok)
-        low = tok.lower()
-        if b"nan" in low:
-            return b'"nan"'
-        return b'"-inf"' if tok.startswith(b"-") else b'"inf"'
-
-    return _TOKENS.sub(fix, data)
-
-
-def too_large(max_bytes: int) -> str:
-    return f"larger than the {max_bytes:,}-byte limit once decompressed (raise max_trace_bytes to read it)"
-
-
-def over_budget(cap: int, budget: str) -> str:
-    return f"keeps more than {cap:,} kernel launches, more than the memory budget allows ({budget})"
-
-
-def not_json(head: bytes) -> str:
-    return f"not JSON (starts with {head!r})"
-
