@@ -263,40 +263,7 @@ def _typed_launches(
     kernels: list[tuple[Any, float, float]], interned: Interned
 ) -> tuple[list[KernelLaunch], list[int]]:
     """Kernel events decoded with their names and args typed -> launches."""
-    out = []
-    correlations = []
-    name_of = interned.names.setdefault
-    dim = interned.dim
-    empty = _EMPTY_ARGS
-    for ev, ts, dur in kernels:
-        a = ev.args or empty
-        name = ev.name
-        if name is None:
-            name = "None"
-        device = a.device
-        if device is None:
-            device = ev.pid if ev.pid.__class__ is int else -1
-        warps, blocks, occupancy = a.warps_per_sm, a.blocks_per_sm, a.occupancy_pct
-        if warps.__class__ is str or blocks.__class__ is str or occupancy.__class__ is str:
-            warps, blocks, occupancy = reported(warps), reported(blocks), reported(occupancy)
-        out.append(
-            KernelLaunch(
-                name_of(name, name),
-                device,
-                ts,
-                dur,
-                a.stream,
-                dim(a.grid),
-                dim(a.block),
-                a.registers_per_thread,
-                a.shared_memory,
-                warps,
-                blocks,
-                occupancy,
-            )
-        )
-        correlations.append(-1 if a.correlation is None else a.correlation)
-    return out, correlations
+    return _build_launches(((ev, ts, dur, ev.name, ev.args) for ev, ts, dur in kernels), interned)
 
 
 def _hip_calls(calls: Iterable[Any]) -> list[HipCall]:
@@ -322,13 +289,23 @@ def _launches(kernels: list[tuple[Any, float, float]], interned: Interned) -> tu
     except msgspec.ValidationError:
         pairs = [_launch_permissive(ev, n, ts, dur, interned) for (ev, ts, dur), n in zip(kernels, names, strict=True)]
         return [p[0] for p in pairs], [p[1] for p in pairs]
+    rows = ((ev, ts, dur, name, a) for (ev, ts, dur), name, a in zip(kernels, names, args, strict=True))
+    return _build_launches(rows, interned)
+
+
+def _build_launches(
+    rows: Iterable[tuple[Any, float, float, Any, KernelArgs | None]], interned: Interned
+) -> tuple[list[KernelLaunch], list[int]]:
+    """(event, ts, dur, name, typed args or None) of each kernel -> launches, and their correlation
+    ids (-1: none). A name that is not a string (None included) becomes its `str`."""
     out = []
     correlations = []
     name_of = interned.names.setdefault
     dim = interned.dim
-    for (ev, ts, dur), name, a in zip(kernels, names, args, strict=True):
+    empty = _EMPTY_ARGS
+    for ev, ts, dur, name, a in rows:
         if a is None:
-            a = _EMPTY_ARGS
+            a = empty
         device = a.device
         if device is None:
             device = ev.pid if ev.pid.__class__ is int else -1
