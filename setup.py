@@ -1,5 +1,5 @@
-"""The one compiled module, `warpwatch.trace._gpuscan` (the trace reader's hot path); everything
-else is in pyproject.toml.
+"""The compiled modules, `warpwatch.trace._gpuscan` (the trace reader's hot path) and
+`warpwatch._windowmath` (the analysis's per-launch loops); everything else is in pyproject.toml.
 
 Optional: without a C compiler the package installs without it and reads traces in pure Python
 (the same results, slower: benchmarks/README.md). WARPWATCH_REQUIRE_NATIVE=1 makes a failed build
@@ -9,15 +9,19 @@ import os
 
 from setuptools import Extension, setup
 
+REQUIRED = os.environ.get("WARPWATCH_REQUIRE_NATIVE", "") == "1"
+# No FMA contraction: the floats of _windowmath.c are those of its Python twin on every architecture.
+FLAGS = ["-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
+
+
+def extension(name: str, source: str) -> Extension:
+    return Extension(name, [source], extra_compile_args=FLAGS, define_macros=[("_GNU_SOURCE", "1")],
+                     optional=not REQUIRED)
+
+
 setup(
     ext_modules=[
-        Extension(
-            "warpwatch.trace._gpuscan",
-            ["agent/warpwatch/trace/_gpuscan.c"],
-            # No FMA contraction: the same floats on every architecture.
-            extra_compile_args=["-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
-            define_macros=[("_GNU_SOURCE", "1")],
-            optional=os.environ.get("WARPWATCH_REQUIRE_NATIVE", "") != "1",
-        )
+        extension("warpwatch.trace._gpuscan", "agent/warpwatch/trace/_gpuscan.c"),
+        extension("warpwatch._windowmath", "agent/warpwatch/_windowmath.c"),
     ]
 )

@@ -6,7 +6,9 @@ warps per SM) so that run.py can check that the readers agree.
 - warpwatch-report: `warpwatch analyze --format json` without the CLI module (analyze_command.py only).
 - warpwatch-api: what `warpwatch analyze --format json` does, through `read_trace` and `analyze`
   (the file is read in pieces, by one process per core, never whole).
-- warpwatch-1proc: the same forced to one process (`read_trace(workers=1)`), as the agent reads.
+- warpwatch-1proc: the same forced to one process (`read_trace(workers=1)`), as the agent reads;
+  it also reports the time of read + analyze inside the process (what one capture window costs
+  the agent, interpreter start and imports excluded).
 - msgspec-loop: the plain-Python floor: msgspec decodes every event into a typed struct that
   names only ph/cat/name/args (grid, block, device), then a loop sums warps per SM per kernel
   (B * ceil(T / warpSize) / numSms) -- no window, no occupancy, no artefacts.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -56,9 +59,12 @@ def warpwatch_api(path: str, workers: int | None = None) -> dict[str, Any]:
     from warpwatch.analyze_command import analysis_to_dict
     from warpwatch.trace import read_trace
 
+    start = time.perf_counter()
     trace = read_trace(path, workers=workers)
-    out = msgspec.json.encode({"traces": [analysis_to_dict(analyze(trace), trace)]})
-    return {"kernels": len(trace.launches), "output_bytes": len(out)}
+    analysis = analyze(trace)
+    elapsed = time.perf_counter() - start
+    out = msgspec.json.encode({"traces": [analysis_to_dict(analysis, trace)]})
+    return {"kernels": len(trace.launches), "output_bytes": len(out), "in_process_s": round(elapsed, 3)}
 
 
 def warpwatch_report(path: str) -> None:

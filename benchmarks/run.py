@@ -60,6 +60,7 @@ class Reader:
     python: Path
     argv: list[str]
     repeat_cap: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,8 +79,11 @@ def readers(python: Path, cli_ok: bool) -> list[Reader]:
     cli = ["-m", "warpwatch", "analyze", "--format", "json"] if cli_ok else [script, "warpwatch-report"]
     return [
         Reader("warpwatch", "warpwatch analyze --format json", python, cli),
+        Reader("warpwatch-pure", "warpwatch analyze --format json, pure Python (no compiled module)", python, cli,
+               env={"WARPWATCH_PURE_PYTHON": "1"}),
         Reader("warpwatch-api", "warpwatch via read_trace + analyze", python, [script, "warpwatch-api"]),
-        Reader("warpwatch-1proc", "warpwatch via read_trace, one process", python, [script, "warpwatch-1proc"]),
+        Reader("warpwatch-1proc", "warpwatch via read_trace + analyze, one process (the agent's path)", python,
+               [script, "warpwatch-1proc"]),
         Reader("msgspec", "msgspec typed decode + loop", python, [script, "msgspec-loop"]),
         Reader("orjson", "orjson.loads + loop", BENCH_PY, [script, "orjson-loop"]),
         Reader("hta", "HTA 0.5.0 trace parser (json backend)", BENCH_PY, [script, "hta"], repeat_cap=1),
@@ -132,7 +136,7 @@ def _pss_kb(pid: int) -> int:
 def run_once(reader: Reader, trace: Path) -> tuple[float, float, int, int, str, str]:
     """(wall s, CPU s of the process tree, peak RSS of the largest process in kB, peak tree PSS
     in kB, stdout, stderr)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "agent")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "agent"), **reader.env}
     start = time.perf_counter()
     proc = subprocess.Popen(
         [str(reader.python), *reader.argv, str(trace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
@@ -170,7 +174,7 @@ def run_once(reader: Reader, trace: Path) -> tuple[float, float, int, int, str, 
 
 def summary_of(reader: Reader, out: str) -> str:
     """What the reader found (kernels...), to check that the readers agree."""
-    if reader.key == "warpwatch" and out.lstrip().startswith("{\"traces"):
+    if reader.key in ("warpwatch", "warpwatch-pure") and out.lstrip().startswith("{\"traces"):
         try:
             doc = json.loads(out)
             return f"{doc['traces'][0]['launch_count']:,} kernels"
@@ -180,7 +184,10 @@ def summary_of(reader: Reader, out: str) -> str:
         doc = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return "?"
-    return f"{doc.get('kernels', 0):,} kernels"
+    found = f"{doc.get('kernels', 0):,} kernels"
+    if "in_process_s" in doc:  # the agent's cost of one window: read + analyze, imports excluded
+        found += f"; read + analyze in the process: {doc['in_process_s']:.2f} s"
+    return found
 
 
 def machine() -> str:
@@ -245,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("traces", nargs="*", type=Path, help="trace files (default: the reference file)")
     p.add_argument("--sizes", action="store_true", help="also the 50 MB, 500 MB and 1 GB traces (built if missing)")
     p.add_argument("--repeat", type=int, default=5, help="runs per reader and trace (HTA: 1)")
-    p.add_argument("--only", nargs="*", help="reader keys to run (warpwatch warpwatch-1proc msgspec orjson hta)")
+    p.add_argument("--only", nargs="*",
+                   help="reader keys (warpwatch warpwatch-pure warpwatch-api warpwatch-1proc msgspec orjson hta)")
     p.add_argument("--no-readme", action="store_true", help="print the tables, leave README.md alone")
     args = p.parse_args(argv)
 

@@ -83,3 +83,16 @@ def test_unreadable_trace_exits_1_naming_the_file_and_still_reports_the_others(t
 def test_usage_error_exits_2() -> None:
     assert run().returncode == 2
     assert run("--launches", str(SAMPLE)).returncode == 2
+
+
+def test_analyze_imports_neither_the_agent_nor_the_dashboards() -> None:
+    """Only the command asked for is imported: `analyze` starts without aiohttp, prometheus_client,
+    apscheduler or grafanalib (which cost `run` and `dashboards` most of a second)."""
+    heavy = "('aiohttp', 'prometheus_client', 'apscheduler', 'grafanalib')"
+    code = ("import sys; from warpwatch.cli import build_parser; build_parser(['analyze', 'x.json']); "
+            f"print(sorted(m for m in {heavy} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    code = "import sys; from warpwatch.cli import build_parser; build_parser(['run']); print('aiohttp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"

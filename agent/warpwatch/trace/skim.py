@@ -21,24 +21,17 @@ to the strict decoder, so results and error messages do not change.
 
 from __future__ import annotations
 
-import os
 import re
-from types import ModuleType
 
 import msgspec
 
+from .. import native
 from ..model import KernelLaunch
 from .schema import HIP_MARK, PART, PART_FAST, Interned, Scanned, scan
 
-_native: ModuleType | None
-try:
-    from . import _gpuscan as _native
-except ImportError:  # built without a C compiler (setup.py: optional)
-    _native = None
-
-NATIVE = _native is not None and os.environ.get("WARPWATCH_PURE_PYTHON", "") in ("", "0")
-"""Skim with the compiled scanner (`_gpuscan.c`); False: the Python path alone (when the module was
-not built, or WARPWATCH_PURE_PYTHON=1). Both give the same results (tests/test_gpuscan.py)."""
+_native = native.load("warpwatch.trace._gpuscan")
+NATIVE = _native is not None
+"""Skim with the compiled scanner (`_gpuscan.c`); False: the Python path alone (`native`)."""
 
 _GPU_EVENT = re.compile(rb'"cat"\s*:\s*"(?:(?:kernel|Kernel|gpu_memcpy|gpu_memset|Memcpy|Memset|Trace)"|[^"\\]*\\)')
 """The `"cat"` key of a GPU event, or of any event whose category holds an escape (which could

@@ -1,0 +1,23 @@
+"""The compiled hot paths, each optional: `trace/_gpuscan.c` (the reader's skimming) and
+`_windowmath.c` (the per-launch loops of the analysis). setup.py builds them where a C compiler
+is found; each has a Python twin that gives the same results (tests/test_gpuscan.py,
+tests/test_windowmath.py) and runs where the module is missing, or everywhere when
+WARPWATCH_PURE_PYTHON=1."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+ENABLED = os.environ.get("WARPWATCH_PURE_PYTHON", "") in ("", "0")
+
+
+def load(name: str) -> ModuleType | None:
+    """The compiled module `name`, or None (not built, or WARPWATCH_PURE_PYTHON=1)."""
+    if not ENABLED:
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
