@@ -48,6 +48,9 @@ SEARCH_BYTES = 256 * 1024
 """How far past its target size a piece may run to find a cut."""
 MAX_PIECES = 4
 """A piece that cannot be cut within this many piece sizes is an error."""
+EDGE_BYTES = 1024**2
+"""The first piece and the tail, which are always decoded whole (strictly), are cut to about this
+size (or the piece size, if smaller); the pieces between them may be skimmed."""
 
 _ANY, _NEWLINE, _INDENTED = 0, 1, 2
 _WS = re.compile(rb"\s*")
@@ -114,7 +117,7 @@ class _Reader:
             self.head()
             while True:
                 self.fill(self.piece + SEARCH_BYTES)
-                if self.eof and len(self.buf) <= self.piece + SEARCH_BYTES:
+                if self.eof and len(self.buf) <= min(EDGE_BYTES, self.piece):
                     break
                 if not self.next_piece():
                     break
@@ -180,7 +183,11 @@ class _Reader:
     def next_piece(self) -> bool:
         """Decode the next piece of events, extending it past a wrong cut; False: what is
         left (the document is all read) is the tail."""
-        at = self.piece - SEARCH_BYTES
+        edge = min(EDGE_BYTES, self.piece)
+        target = edge if self.pieces == 0 else self.piece
+        if self.eof:  # leave a tail of about `edge`
+            target = min(target, len(self.buf) - edge)
+        at = max(0, target - SEARCH_BYTES)
         form = _INDENTED if self.skimming else _NEWLINE
         while True:
             cut = self.find_cut(at, form)
