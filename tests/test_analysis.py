@@ -7,9 +7,17 @@ import math
 import pytest
 
 from tracebuild import A100, kernel, span, trace_doc
+from warpwatch import analysis
 from warpwatch.analysis import analyze, launch_metrics, sampling_weight, window_of
 from warpwatch.model import KernelLaunch, TraceWindow
 from warpwatch.trace import parse_trace
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: the per-launch loops in C (`_windowmath.c`) and in Python."""
+    if request.param == "python":
+        monkeypatch.setattr(analysis, "NATIVE", False)
 
 
 def parse(doc: dict) -> object:
