@@ -203,8 +203,10 @@ def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples
             os.kill(pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out[-3000:]
-        events = [json.loads(line)["event"] for line in out.splitlines() if line.startswith("{")]
+        records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        events = [r["event"] for r in records]
         assert events[0] == "starting" and "listening" in events, out[-3000:]
+        assert records[0]["compiled"] == "all"  # the agent reads with the compiled modules
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import SHARED_TRACES
 from warpwatch import analysis
+from warpwatch import native as native_modules
 from warpwatch.errors import TraceError
 from warpwatch.model import KernelLaunch, Trace, TraceWindow
 from warpwatch.trace import parse_trace
@@ -40,6 +41,7 @@ def python(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_the_compiled_loops_are_built_and_used() -> None:
     assert analysis.NATIVE, "warpwatch._windowmath was not built, or WARPWATCH_PURE_PYTHON is set"
+    assert native_modules.describe() == "all"  # what the agent's start line says
 
 
 def _launches(rng: random.Random, n: int, streams: int, w: float) -> list[KernelLaunch]:

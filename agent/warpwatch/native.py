@@ -21,3 +21,17 @@ def load(name: str) -> ModuleType | None:
         return importlib.import_module(name)
     except ImportError:
         return None
+
+
+MODULES = ("warpwatch.trace._gpuscan", "warpwatch._windowmath")
+
+
+def describe() -> str:
+    """For the agent's start line: which compiled modules are in use ("all", "none (...)", or the
+    list), so that an image or install that reads traces in pure Python is seen at once."""
+    loaded = [name.rsplit(".", 1)[1] for name in MODULES if load(name) is not None]
+    if len(loaded) == len(MODULES):
+        return "all"
+    if not ENABLED:
+        return "none (WARPWATCH_PURE_PYTHON=1)"
+    return ",".join(loaded) if loaded else "none (not built: no C compiler at install)"

@@ -46,7 +46,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from . import __version__
+from . import __version__, native
 from .analysis import analyze
 from .capture import CapturedWindow, Source, capture_overhead_s
 from .capture.confine import RefusedFile, open_confined
@@ -160,7 +160,7 @@ class Service:
     def startup(self) -> None:
         """Start everything; raise WarpwatchError (nothing left running) when that is impossible."""
         c = self.config
-        event(log, "starting", version=__version__, **describe(c))
+        event(log, "starting", version=__version__, compiled=native.describe(), **describe(c))
         event(log, "memory_budget", **self.memory.describe(c.max_trace_bytes))
         if c.web_config is not None:
             self.web = load_web_config(c.web_config)
