@@ -128,4 +128,4 @@ def test_the_license_file_is_the_apache_2_0_text_pyproject_declares() -> None:
     # The MD5 of https://www.apache.org/licenses/LICENSE-2.0.txt, the text as the ASF publishes it.
     assert hashlib.md5(text).hexdigest() == "3b83ef96387f14655fc854ddc3c6bd57"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
