@@ -19,15 +19,16 @@ starts in a fifth of the time); help, or no known command, imports them all."""
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser, for `argv` (only its command's module is imported); None: with
+    every command."""
     parser = argparse.ArgumentParser(
         prog="warpwatch",
         description="Per-kernel GPU occupancy from PyTorch profiler traces, corrected for profiler artefacts.",
     )
     parser.add_argument("--version", action="version", version=f"warpwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    argv = sys.argv[1:] if argv is None else argv
-    wanted = _command_of(argv)
-    if wanted is None and list(argv[:1]) == ["--version"]:
+    wanted = None if argv is None else _command_of(argv)  # (None: every command)
+    if argv is not None and list(argv[:1]) == ["--version"]:
         return parser  # (prints and exits before any subcommand is needed)
     for command, module in COMMANDS.items():
         if wanted is None or wanted == command:
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_DFL) if quiet else None
     try:
+        argv = sys.argv[1:] if argv is None else argv
         parser = build_parser(argv)
         args = parser.parse_args(argv)
     finally:
