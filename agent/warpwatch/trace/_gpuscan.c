@@ -355,7 +355,7 @@ static const char *parse_event(const char *p, const char *end, Event *ev) {
         } else {
             if (ev->f[k].kind != V_ABSENT) return NULL; /* duplicate key */
             if (k == E_CAT) ev->cat_key = key_at;
-            if (k == E_ARGS && *p == '{') {
+            if (k == E_ARGS && p < end && *p == '{') {
                 p = parse_args(p, end, ev);
                 ev->f[k].kind = V_OTHER;
             } else {
