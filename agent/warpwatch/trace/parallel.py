@@ -264,7 +264,7 @@ def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]],
             children.append(_fork_scanner(source, ranges, todo_r, hip, skimming))
         buf = bytearray()
         while (i := _next_piece(todo_r)) is not None:
-            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip, skimming and i > 0)
+            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip, skimming)
             cap.add(r)
             for child in children:
                 child.receive(results, cap, wait=False)
@@ -334,7 +334,7 @@ def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, 
             offset = 0
             interned = Interned()
             while (i := _next_piece(todo)) is not None:
-                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip, skimming and i > 0))
+                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip, skimming))
                 _write_all(store, payload)
                 os.write(notes_w, _NOTE.pack(i, offset, len(payload)))  # atomic: shorter than PIPE_BUF
                 offset += len(payload)
