@@ -15,8 +15,10 @@
  * (skim + msgspec + scan) gives. Anything this parser is not sure of -- an escape in a key or a
  * name, a number that is not a plain finite JSON number of at most 18 digits, a type msgspec's
  * strict structs would reject, a duplicate key, an event that does not start after a comma, bare
- * inf/nan, a raw control character, nesting deeper than 64, a bad Trace span -- gives None, and
- * the Python reader, which knows every such case and its error message, reads the piece.
+ * inf/nan, a raw control character, nesting deeper than 64, a bad Trace span, a category written
+ * with an escape, `"hip` anywhere in the piece (AMD's hip* runtime calls, which Python reads) --
+ * gives None, and the Python reader, which knows every such case and its error message, reads the
+ * piece. tests/test_native_sanitizers.py fuzzes it under AddressSanitizer and UBSan.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
