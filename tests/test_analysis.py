@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tracebuild import A100, kernel, span, trace_doc
-from warpwatch import analysis
+from warpwatch import windowmath
 from warpwatch.analysis import analyze, launch_metrics, sampling_weight, window_of
 from warpwatch.model import KernelLaunch, TraceWindow
 from warpwatch.trace import parse_trace
@@ -17,7 +17,7 @@ from warpwatch.trace import parse_trace
 def loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test twice: the per-launch loops in C (`_windowmath.c`) and in Python."""
     if request.param == "python":
-        monkeypatch.setattr(analysis, "NATIVE", False)
+        monkeypatch.setattr(windowmath, "NATIVE", False)
 
 
 def parse(doc: dict) -> object:
@@ -274,7 +274,7 @@ def test_busy_time_is_inclusion_exclusion_over_every_set_of_launches_that_run_at
     from itertools import combinations
     from random import Random
 
-    from warpwatch.analysis import MAX_OVERLAP, busy_time
+    from warpwatch.windowmath import MAX_OVERLAP, busy_time
 
     rng = Random(7)
     w = 1000.0

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import SHARED_TRACES
-from warpwatch import analysis
+from warpwatch import analysis, windowmath
 from warpwatch import native as native_modules
 from warpwatch.errors import TraceError
 from warpwatch.model import KernelLaunch, Trace, TraceWindow
@@ -33,14 +33,14 @@ def python(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def run(fn: Any, *args: Any) -> Any:
         with monkeypatch.context() as m:
-            m.setattr(analysis, "NATIVE", False)
+            m.setattr(windowmath, "NATIVE", False)
             return fn(*args)
 
     return run
 
 
 def test_the_compiled_loops_are_built_and_used() -> None:
-    assert analysis.NATIVE, "warpwatch._windowmath was not built, or WARPWATCH_PURE_PYTHON is set"
+    assert windowmath.NATIVE, "warpwatch._windowmath was not built, or WARPWATCH_PURE_PYTHON is set"
     assert native_modules.describe() == "all"  # what the agent's start line says
 
 
@@ -64,25 +64,25 @@ def test_group_sums_and_busy_time_are_the_python_floats(seed: int, python: Any) 
     w = rng.choice([50.0, 400.0, 5_000.0])
     launches = _launches(rng, rng.randrange(1, 3_000), rng.randrange(1, 7), w)
     window = TraceWindow(0.0, w, "trace_span") if seed % 3 else TraceWindow(-3.5, w * 7.25, "requested")
-    compiled = analysis._group_launches(launches, window)
-    reference = python(analysis._group_launches, launches, window)
+    compiled = windowmath.group_launches(launches, window)
+    reference = python(windowmath.group_launches, launches, window)
     fields = ("n", "sum_h", "sum_hd", "sum_lim", "longest", "intervals")
     assert [repr([getattr(g, f) for f in fields]) for g in compiled] == \
            [repr([getattr(g, f) for f in fields]) for g in reference]
     assert [g.first for g in compiled] == [g.first for g in reference]
     intervals = [iv for g in compiled for iv in g.intervals]
     rng.shuffle(intervals)
-    got = analysis.busy_time(intervals, window.duration)
-    assert repr(got) == repr(python(analysis.busy_time, intervals, window.duration))
+    got = windowmath.busy_time(intervals, window.duration)
+    assert repr(got) == repr(python(windowmath.busy_time, intervals, window.duration))
     assert got[0] > 0 or not intervals
 
 
 def test_more_overlapping_launches_than_max_overlap_are_cut_alike(python: Any) -> None:
     rng = random.Random(7)
     intervals = [(float(s), float(s) + rng.uniform(1, 400)) for s in sorted(rng.uniform(0, 300) for _ in range(400))]
-    got = analysis.busy_time(intervals, 1_000.0)
+    got = windowmath.busy_time(intervals, 1_000.0)
     assert got[1] is True  # the truncation branch ran
-    assert repr(got) == repr(python(analysis.busy_time, intervals, 1_000.0))
+    assert repr(got) == repr(python(windowmath.busy_time, intervals, 1_000.0))
 
 
 def test_inputs_the_compiled_loops_do_not_take_go_to_python() -> None:
@@ -92,7 +92,7 @@ def test_inputs_the_compiled_loops_do_not_take_go_to_python() -> None:
     assert native.busy_time([(1.0, 2.0)], 10, 3) is None
     launch = KernelLaunch("k", 0, 1, 2, None, None, None, None, None, None, None, None)
     assert native.group_sums([0], 1, [launch], 0.0, 10.0, 10.0) is None
-    assert analysis.busy_time([(1, 2)], 10.0) == (1 * 10 / 9, False)  # d = 1 in W = 10: h = 10/9
+    assert windowmath.busy_time([(1, 2)], 10.0) == (1 * 10 / 9, False)  # d = 1 in W = 10: h = 10/9
 
 
 def _shared() -> list[Path]:

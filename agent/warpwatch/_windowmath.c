@@ -1,5 +1,5 @@
 /* The two loops of `analysis.analyze` that run once per launch, in C: the same arithmetic, in the
- * same order, as their Python definitions in analysis.py (`_group_launches`, `busy_time`), which
+ * same order, as their Python definitions in windowmath.py (`group_launches`, `busy_time`), which
  * stay the reference and the fallback. tests/test_windowmath.py checks that both give the same
  * floats, bit for bit, on random launches and on every shared trace.
  *
@@ -28,7 +28,7 @@ static int float_attr(PyObject *obj, PyObject *name, double *out) {
 static PyObject *TS, *DUR;
 
 /* Per group: Σh, Σh·d, Σ(h·d or h) over the launches wholly inside [t0, t1], the intervals
- * (ts, ts + d) of those with d > 0 in launch order, and the longest of them: `_group_launches`. */
+ * (ts, ts + d) of those with d > 0 in launch order, and the longest of them: `group_launches`. */
 static PyObject *group_sums(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 6) {
         PyErr_SetString(PyExc_TypeError, "group_sums(gids, n_groups, launches, t0, t1, w)");
@@ -242,7 +242,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_windowmath",
-    .m_doc = "The per-launch loops of warpwatch.analysis, in C (see _windowmath.c).",
+    .m_doc = "The per-launch loops of warpwatch.windowmath, in C (see _windowmath.c).",
     .m_size = -1,
     .m_methods = methods,
 };

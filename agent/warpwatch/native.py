@@ -1,5 +1,5 @@
 """The compiled hot paths, each optional: `trace/_gpuscan.c` (the reader's skimming) and
-`_windowmath.c` (the per-launch loops of the analysis). setup.py builds them where a C compiler
+`_windowmath.c` (the per-launch loops of the analysis, `windowmath.py`). setup.py builds them where a C compiler
 is found; each has a Python twin that gives the same results (tests/test_gpuscan.py,
 tests/test_windowmath.py) and runs where the module is missing, or everywhere when
 WARPWATCH_PURE_PYTHON=1."""
