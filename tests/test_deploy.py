@@ -151,7 +151,8 @@ def test_the_build_copies_only_what_the_package_build_needs(dockerfile: tuple[di
             assert (ROOT / source).exists(), f"COPY {source}: no such path in the build context"
     ignore = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
               if line.strip() and not line.startswith("#")]
-    assert ignore[:5] == ["*", "!pyproject.toml", "!setup.py", "!README.md", "!agent/"]  # everything else stays out
+    # everything else stays out
+    assert ignore[:6] == ["*", "!pyproject.toml", "!setup.py", "!LICENSE", "!README.md", "!agent/"]
 
 
 def test_hadolint_finds_nothing_in_the_dockerfile() -> None:

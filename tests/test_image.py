@@ -246,6 +246,7 @@ def test_no_torch_and_no_compiler_in_the_image(rootfs: Path, container: str) -> 
     assert len(site) == 1
     installed = {p.name.split("-")[0].lower() for p in site[0].glob("*.dist-info")}
     assert "warpwatch" in installed and "prometheus_client" in installed
+    assert list(site[0].glob("warpwatch-*.dist-info/licenses/LICENSE"))  # pyproject's license-files
     assert not {"torch", "triton", "nvidia_cuda_runtime_cu12"} & installed, installed
     assert not list(rootfs.glob("**/site-packages/torch"))
     found = []
