@@ -36,7 +36,7 @@ NATIVE = _native is not None
 _GPU_EVENT = re.compile(rb'"cat"\s*:\s*"(?:(?:kernel|Kernel|gpu_memcpy|gpu_memset|Memcpy|Memset|Trace)"|[^"\\]*\\)')
 """The `"cat"` key of a GPU event, or of any event whose category holds an escape (which could
 spell a GPU category: then the piece is decoded whole)."""
-_HIP_CALL = re.compile(rb'"name":\s?"hip')
+_HIP_CALL = re.compile(rb'"name"\s*:\s*"hip')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 
 
