@@ -177,10 +177,12 @@ static PyObject *busy_time(PyObject *Py_UNUSED(module), PyObject *const *argv, P
             goto done;
         }
     }
-    qsort(all, (size_t)n, sizeof(Interval), by_start_then_end);
     double total = 0.0;
     int truncated = 0;
     Py_ssize_t na = 0;
+    /* From here on only C data: other threads (the agent's scrapes) run meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
+    qsort(all, (size_t)n, sizeof(Interval), by_start_then_end);
     for (Py_ssize_t k = 0; k < n; k++) {
         double start = all[k].s, end = all[k].e;
         Py_ssize_t kept = 0;
@@ -223,6 +225,7 @@ static PyObject *busy_time(PyObject *Py_UNUSED(module), PyObject *const *argv, P
         active[na].e = end;
         na++;
     }
+    Py_END_ALLOW_THREADS
     result = Py_BuildValue("(dO)", total < 0.0 ? 0.0 : total, truncated ? Py_True : Py_False);
 done:
     PyMem_Free(all);
