@@ -1,8 +1,11 @@
 """Fuzzes the compiled modules as loaded from the paths given (tests/test_native_sanitizers.py builds
-them with AddressSanitizer and UBSan and runs this under them): `python fuzz_native.py GPUSCAN_SO
-WINDOWMATH_SO SECONDS SEED`. Edits real Kineto events (several edits per piece, cuts at random
-ends, tokens the scanner looks for), and gives the analysis loops random intervals and windows.
-Exits 0 having printed how many inputs it ran; a sanitizer report aborts it."""
+them with AddressSanitizer and UBSan and runs this under them):
+`python fuzz_native.py GPUSCAN_SO WINDOWMATH_SO SECONDS SEED [GPUSCAN_NO_SIMD_SO]`.
+
+Edits real Kineto events (several edits per piece, cuts at random ends, tokens the scanner looks
+for), and gives the analysis loops random intervals and windows. With a second scanner (built
+without SIMD: memmem, as on machines without SSE2), every piece must get the same answer from
+both. Exits 0 having printed how many inputs it ran; a sanitizer report aborts it."""
 
 from __future__ import annotations
 
@@ -25,12 +28,13 @@ def load(name: str, path: str) -> ModuleType:
     return module
 
 
-def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int) -> None:
+def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int, plain_so: str | None = None) -> None:
     import test_gpuscan as real  # (the real events it cuts pieces from)
     from warpwatch.model import KernelLaunch
 
     gpuscan = load("_gpuscan", gpuscan_so)
     windowmath = load("_windowmath", windowmath_so)
+    plain = load("_gpuscan", plain_so) if plain_so else None
     rng = random.Random(seed)
     bases = [real.piece(real.KERNEL), real.piece(real.MEMCPY), b"[" + real.piece(real.SPAN) + b"]"]
     alphabet = b'{}[]",:0123456789.-+eE \\/ntfalsruhipcatkernelTrace\x00\x1f\xff'
@@ -55,7 +59,10 @@ def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int) -> None
         # A buffer of exactly its size (with PYTHONMALLOC=malloc, one malloc'd block, no NUL after
         # it): a read one byte past the end is a heap-buffer-overflow for ASan.
         exact = ctypes.create_string_buffer(bytes(b), len(b)) if b else b""
-        answered += gpuscan.scan(exact, len(b), KernelLaunch, {}, {}) is not None
+        got = gpuscan.scan(exact, len(b), KernelLaunch, {}, {})
+        answered += got is not None
+        if plain is not None:
+            assert repr(plain.scan(exact, len(b), KernelLaunch, {}, {})) == repr(got), bytes(b)[:3000]
         pieces += 1
         if pieces % 50 == 0:
             n = rng.randrange(0, 60)
@@ -69,4 +76,4 @@ def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int) -> None
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])

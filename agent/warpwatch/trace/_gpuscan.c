@@ -25,7 +25,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(WARPWATCH_NO_SIMD)
 #include <emmintrin.h>
 #endif
 
@@ -374,9 +374,10 @@ static const char *parse_event(const char *p, const char *end, Event *ev) {
 }
 
 /* The next `needle` (2 to 16 bytes) in [p, end), or NULL. With SSE2, 16 positions at a time whose
- * first and last bytes match (3.5x faster than glibc's memmem for `"cat":`, found once per event). */
+ * first and last bytes match (3.5x faster than glibc's memmem for `"cat":`, found once per event);
+ * elsewhere, or built with -DWARPWATCH_NO_SIMD (tests/test_native_sanitizers.py does), memmem. */
 static const char *find(const char *p, const char *end, const char *needle, size_t n) {
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(WARPWATCH_NO_SIMD)
     const __m128i first = _mm_set1_epi8(needle[0]), last = _mm_set1_epi8(needle[n - 1]);
     for (; end - p >= 16 + (Py_ssize_t)n - 1; p += 16) {
         __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + n - 1));
