@@ -61,7 +61,7 @@ def strict(text: bytes) -> str | None:
     return fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
 
 
-def compiled(text: bytes, start: int = 0) -> str | None:
+def compiled(text: bytes) -> str | None:
     interned = Interned()
     got = native.scan(text, len(text), KernelLaunch, interned.names, interned.dims)
     return None if got is None else fields(*got)

@@ -134,7 +134,7 @@ static double weight(double span, double w) { return span < w ? w / (w - span) :
 static double terms(double start, double min_end, double first, double last, const Interval *active,
                     Py_ssize_t n, Py_ssize_t i, int sign, double w) {
     double span = last - first;
-    double out = (double)sign * (min_end - start) * (span < w ? w / (w - span) : 1.0);
+    double out = (double)sign * (min_end - start) * weight(span, w);
     for (Py_ssize_t j = i; j < n; j++) {
         double s_j = active[j].s, e_j = active[j].e;
         out += terms(start, min2(min_end, e_j), min2(first, s_j), max2(last, e_j), active, n, j + 1, -sign, w);

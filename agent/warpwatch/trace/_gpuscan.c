@@ -305,40 +305,14 @@ static int key_index(Str k, const char *const *keys, const size_t *lengths, int 
     return -1;
 }
 
-/* A kernel's args object: the values of the keys of ARG_KEYS read, the others skipped. Returns the
+/* An event object (`args` 0: the keys of EVENT_KEYS into ev->f) or its args object (`args` 1: the
+ * keys of ARG_KEYS into ev->a); other keys are skipped, a duplicate known key fails. Returns the
  * end of the object, or NULL. */
-static const char *parse_args(const char *p, const char *end, Event *ev) {
-    int esc;
-    if (p >= end || *p != '{') return NULL;
-    p = ws(p + 1, end);
-    if (p < end && *p == '}') return p + 1;
-    for (;;) {
-        if (p >= end || *p != '"') return NULL;
-        const char *q = string_end(p + 1, end, &esc);
-        if (!q || esc) return NULL;
-        Str key = {p + 1, q - p - 2};
-        p = ws(q, end);
-        if (p >= end || *p != ':') return NULL;
-        p = ws(p + 1, end);
-        int k = key_index(key, ARG_KEYS, ARG_LENGTHS, A_N);
-        if (k < 0) {
-            p = skip_value(p, end, 2);
-        } else {
-            if (ev->a[k].kind != V_ABSENT) return NULL; /* duplicate key */
-            p = (k == A_GRID || k == A_BLOCK) ? read_dims(p, end, &ev->a[k]) : read_value(p, end, &ev->a[k]);
-        }
-        if (!p) return NULL;
-        p = ws(p, end);
-        if (p >= end) return NULL;
-        if (*p == '}') return p + 1;
-        if (*p != ',') return NULL;
-        p = ws(p + 1, end);
-    }
-}
-
-static const char *parse_event(const char *p, const char *end, Event *ev) {
-    int esc;
-    memset(ev, 0, sizeof(*ev));
+static const char *parse_object(const char *p, const char *end, Event *ev, int args) {
+    const char *const *keys = args ? ARG_KEYS : EVENT_KEYS;
+    const size_t *lengths = args ? ARG_LENGTHS : EVENT_LENGTHS;
+    Value *values = args ? ev->a : ev->f;
+    int n = args ? A_N : E_N, esc;
     if (p >= end || *p != '{') return NULL;
     p = ws(p + 1, end);
     if (p < end && *p == '}') return p + 1;
@@ -351,17 +325,20 @@ static const char *parse_event(const char *p, const char *end, Event *ev) {
         p = ws(q, end);
         if (p >= end || *p != ':') return NULL;
         p = ws(p + 1, end);
-        int k = key_index(key, EVENT_KEYS, EVENT_LENGTHS, E_N);
+        int k = key_index(key, keys, lengths, n);
         if (k < 0) {
-            p = skip_value(p, end, 1);
+            p = skip_value(p, end, 1 + args);
+        } else if (values[k].kind != V_ABSENT) {
+            return NULL; /* duplicate key */
+        } else if (args) {
+            p = (k == A_GRID || k == A_BLOCK) ? read_dims(p, end, &values[k]) : read_value(p, end, &values[k]);
         } else {
-            if (ev->f[k].kind != V_ABSENT) return NULL; /* duplicate key */
             if (k == E_CAT) ev->cat_key = key_at;
             if (k == E_ARGS && p < end && *p == '{') {
-                p = parse_args(p, end, ev);
-                ev->f[k].kind = V_OTHER;
+                p = parse_object(p, end, ev, 1);
+                values[k].kind = V_OTHER;
             } else {
-                p = read_value(p, end, &ev->f[k]);
+                p = read_value(p, end, &values[k]);
             }
         }
         if (!p) return NULL;
@@ -371,6 +348,11 @@ static const char *parse_event(const char *p, const char *end, Event *ev) {
         if (*p != ',') return NULL;
         p = ws(p + 1, end);
     }
+}
+
+static const char *parse_event(const char *p, const char *end, Event *ev) {
+    memset(ev, 0, sizeof(*ev));
+    return parse_object(p, end, ev, 0);
 }
 
 /* The next `needle` (2 to 16 bytes) in [p, end), or NULL. With SSE2, 16 positions at a time whose

@@ -29,7 +29,7 @@ from ..membudget import ReadLimits, may_fork
 from .document import Collector, Document, Restart, has_amd_device
 from .messages import over_budget, too_large
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
-from .skim import skim_scan
+from .skim import BETWEEN_EVENTS, skim_scan
 
 PARALLEL_MIN_BYTES = 32 * 1024**2
 """Documents at least this large are decoded by several processes when `workers` allows."""
@@ -37,7 +37,6 @@ MAX_WORKERS = 8
 EDGE_BYTES = 64 * 1024
 _SEARCH_BYTES = 1024**2
 _SPLIT_MARK = "__warpwatch_split__"
-_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 _SEND = msgspec.msgpack.Encoder()
 _RECEIVE: msgspec.msgpack.Decoder[Scanned] = msgspec.msgpack.Decoder(Scanned)
 
@@ -177,7 +176,7 @@ def _find_cut(source: Source, target: int, indent: bytes | None) -> tuple[int, i
     `indent`, one whose next event starts a line with that indentation."""
     window = source.window(target, min(source.size, target + _SEARCH_BYTES))
     indented = None if indent is None else b"\n" + indent + b"{"
-    for m in _BETWEEN_EVENTS.finditer(window):
+    for m in BETWEEN_EVENTS.finditer(window):
         text = m.group()
         if b"\n" in text and (indented is None or text.endswith(indented)):
             return target + m.start() + 1, target + m.end() - 1

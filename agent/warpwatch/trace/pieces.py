@@ -41,7 +41,7 @@ from .document import Collector, Document, Restart, has_amd_device
 from .messages import not_json
 from .repair import repairable, sanitize
 from .schema import DOC, DOC_FAST, HIP_MARK, PART, PART_FAST, Event, Header, Interned, scan
-from .skim import skim_scan
+from .skim import BETWEEN_EVENTS, skim_scan
 from .streams import Stream
 
 SEARCH_BYTES = 256 * 1024
@@ -54,7 +54,6 @@ size (or the piece size, if smaller); the pieces between them may be skimmed."""
 
 _ANY, _NEWLINE, _INDENTED = 0, 1, 2
 _WS = re.compile(rb"\s*")
-_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BYTE = re.compile(r"\(byte (\d+)\)")
 _PATH_INDEX = re.compile(r"`\$\[(\d+)\]")
@@ -215,7 +214,7 @@ class _Reader:
         limit = MAX_PIECES * self.piece
         indented = b"\n" + (self.indent or b"") + b"{"
         while True:
-            for m in _BETWEEN_EVENTS.finditer(self.buf, at):
+            for m in BETWEEN_EVENTS.finditer(self.buf, at):
                 text = m.group()
                 if form == _ANY or (b"\n" in text and (form == _NEWLINE or text.endswith(indented))):
                     if m.end() >= len(self.buf):

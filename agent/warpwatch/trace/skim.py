@@ -37,7 +37,8 @@ _GPU_EVENT = re.compile(rb'"cat"\s*:\s*"(?:(?:kernel|Kernel|gpu_memcpy|gpu_memse
 """The `"cat"` key of a GPU event, or of any event whose category holds an escape (which could
 spell a GPU category: then the piece is decoded whole)."""
 _HIP_CALL = re.compile(rb'"name"\s*:\s*"hip')
-_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
+"""A cut between two events (`}`, `,`, `{`); the piece readers cut there too."""
 
 
 def skim_scan(text: bytes | bytearray, end: int, interned: Interned, *, amd: bool = False) -> Scanned | None:
@@ -85,7 +86,7 @@ def skim(text: bytes | bytearray, end: int, *, hip: bool = False) -> bytes | Non
             start = text.rfind(b"{", last, at)
             if start < 0:
                 return None
-            cut = _BETWEEN_EVENTS.search(text, m.end(), end)
+            cut = BETWEEN_EVENTS.search(text, m.end(), end)
             last = cut.start() + 1 if cut else end
             spans.append((start, last))
     if hip:  # two searches: back to document order, each event once
