@@ -4,6 +4,7 @@ variables. `boards.py` defines the dashboards with these; `grafana.py` renders t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,6 +57,18 @@ class PanelDef:
     """Text panels: Markdown."""
     mappings: tuple[tuple[str, str, str], ...] = ()
     """Value mappings (value, text, colour)."""
+
+
+def table_panel(title: str, description: str, cells: Sequence[tuple[str, str | None, str]], *, height: int,
+                keep_labels: tuple[str, ...], sort_by: str = "") -> PanelDef:
+    """A full-width table of instant queries, one value column per cell (expr, column title, unit).
+    The columns are named by the refIds (A, B, C...) that the queries get in order, so the two
+    cannot drift apart; a cell without a title (an info metric read for its labels) has no value
+    column."""
+    queries = tuple(Query(expr, instant=True, table=True) for expr, _, _ in cells)
+    columns = tuple(Column(ref_id(i), name, unit) for i, (_, name, unit) in enumerate(cells) if name is not None)
+    return PanelDef("table", title, description, "none", queries, width=24, height=height, columns=columns,
+                    keep_labels=keep_labels, sort_by=sort_by)
 
 
 Variable = Literal["namespace", "pod", "gpu", "kernel"]
