@@ -90,6 +90,60 @@ def test_without_a_trace_dir_files_live_only_during_the_callback() -> None:
     assert not Path(str(result["own_dir"])).exists()
 
 
+EXIT_MID_WINDOW = """
+import sys, time, torch, warpwatch.inprocess
+handle = warpwatch.inprocess.attach(period_s=1, window_s=0.8, trace_dir=sys.argv[1], record_cpu=True)
+deadline = time.monotonic() + 4
+while time.monotonic() < deadline:  # the process works, and returns while its 4th window records
+    torch.randn(200, 200) @ torch.randn(200, 200)
+print("leaving after", handle.windows, "windows", flush=True)
+"""
+
+
+@needs_torch
+def test_a_process_that_exits_while_a_window_records_exits_cleanly(tmp_path: Path) -> None:
+    """Before the fix the served process died at exit of SIGSEGV (rc -11) in 5 runs of 5."""
+    for attempt in range(5):
+        folder = tmp_path / str(attempt)
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_MID_WINDOW, str(folder)], capture_output=True, text=True, timeout=120
+        )
+
+        assert done.returncode == 0, (attempt, done.returncode, done.stderr[-3000:])
+        assert done.stdout.startswith("leaving after"), done.stdout
+        assert [p for p in os.listdir(folder) if p.endswith(".tmp")] == []
+
+
+PENDING = """
+import json, os, sys, time, torch, warpwatch.inprocess
+handle = warpwatch.inprocess.attach(period_s=0.3, window_s=0.05, trace_dir=sys.argv[1], max_pending=2)
+deadline = time.monotonic() + 60
+while handle.skipped < 3 and time.monotonic() < deadline:
+    time.sleep(0.05)
+handle.stop()
+print(json.dumps({"windows": handle.windows, "skipped": handle.skipped, "files": sorted(os.listdir(sys.argv[1]))}))
+"""
+
+
+@needs_torch
+def test_no_window_is_recorded_while_max_pending_traces_wait_unread(tmp_path: Path) -> None:
+    """Nobody reads the folder: the process writes two traces, then skips windows (disk bounded)."""
+    (tmp_path / "other_1.1.pt.trace.json").write_text("{}")  # another process's file does not count
+    done = subprocess.run([sys.executable, "-c", PENDING, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert result["windows"] == 2
+    assert result["skipped"] >= 3
+    assert len(result["files"]) == 3, result["files"]
+
+
+def test_max_pending_must_be_a_positive_whole_number() -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="max_pending"):
+            attach(period_s=10, window_s=1, trace_dir="/tmp/x", max_pending=bad)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -17,11 +17,17 @@ the profiler busy is skipped and counted in `errors`), CUPTI allows one subscrib
 process (Nsight tools in the same process conflict), and the first session can stall the
 process for seconds.
 
+Never harming the process: a window still recording at interpreter exit is stopped before the
+interpreter finalizes (tearing it down under Kineto crashed the process with SIGSEGV), and no
+window is recorded while `max_pending` of this process's traces wait unread in `trace_dir` (a
+sidecar that is down must not fill the served process's disk; counted in `skipped`).
+
 torch is imported only when `attach` is called; ``import warpwatch`` never imports it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -47,7 +53,8 @@ TraceCallback = Callable[[Path], None]
 class Attachment:
     """A running in-process capture; `stop()` it, or use it as a context manager.
 
-    Counters (read them any time): `windows` traces produced, `errors` windows that failed or
+    Counters (read them any time): `windows` traces produced, `skipped` windows not recorded
+    because `max_pending` traces wait unread, `errors` windows that failed or
     were skipped, `last_error` the latest failure's text, `last_path` the latest trace file.
     """
 
@@ -62,6 +69,7 @@ class Attachment:
         on_trace: TraceCallback | None,
         record_cpu: bool,
         first_delay_s: float,
+        max_pending: int,
     ) -> None:
         self._torch = torch
         self.period_s = period_s
@@ -71,6 +79,9 @@ class Attachment:
         self._on_trace = on_trace
         self._record_cpu = record_cpu
         self._first_delay_s = first_delay_s
+        self.max_pending = max_pending
+        self.skipped = 0
+        self._waiting = False
         self._stop = threading.Event()
         self.windows = 0
         self.errors = 0
@@ -80,7 +91,14 @@ class Attachment:
         self._thread = threading.Thread(target=self._run, name="warpwatch-inprocess", daemon=True)
 
     def _start(self) -> None:
+        # A window still recording when the interpreter exits would be torn down under Kineto's
+        # feet: the served process then dies of SIGSEGV at exit (seen with torch 2.13 recording
+        # CPU operators). Stop it cleanly before the interpreter finalizes.
+        atexit.register(self._stop_at_exit)
         self._thread.start()
+
+    def _stop_at_exit(self) -> None:
+        self.stop(timeout_s=self.window_s + 30.0)
 
     @property
     def running(self) -> bool:
@@ -92,6 +110,7 @@ class Attachment:
         Waits up to `timeout_s` (default: one window plus 30 s for the export) for the thread.
         """
         self._stop.set()
+        atexit.unregister(self._stop_at_exit)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(self.window_s + 30.0 if timeout_s is None else timeout_s)
         if self._owns_trace_dir and not self._thread.is_alive():
@@ -117,6 +136,9 @@ class Attachment:
             next_start += self.period_s
             if next_start < time.monotonic():
                 next_start = time.monotonic() + self.period_s
+            if self._waiting_for_reader():
+                self.skipped += 1
+                continue
             try:
                 path = self._one_window()
             except Exception as exc:  # a bad window is counted, never fatal
@@ -126,6 +148,32 @@ class Attachment:
                 continue
             if path is not None:
                 self._deliver(path)
+
+    def _waiting_for_reader(self) -> bool:
+        """True while `max_pending` traces wait unread; logs when that starts and ends."""
+        waiting = self._pending() >= self.max_pending
+        if waiting and not self._waiting:
+            log.warning(
+                "warpwatch in-process: %d traces wait unread in %s; no window until they are read "
+                "(is the sidecar running?)",
+                self.max_pending,
+                self.trace_dir,
+            )
+        elif self._waiting and not waiting:
+            log.info("warpwatch in-process: the traces were read; windows resume")
+        self._waiting = waiting
+        return waiting
+
+    def _pending(self) -> int:
+        """This process's finished traces still in `trace_dir` (a private folder holds none)."""
+        if self._owns_trace_dir:
+            return 0
+        prefix = f"{self._host}_{os.getpid()}."
+        try:
+            with os.scandir(self.trace_dir) as entries:
+                return sum(1 for e in entries if e.name.startswith(prefix) and e.name.endswith(".pt.trace.json"))
+        except OSError:
+            return 0
 
     def _activities(self) -> list[Any]:
         profiler = self._torch.profiler
@@ -243,6 +291,7 @@ def attach(
     on_trace: TraceCallback | None = None,
     record_cpu: bool = False,
     first_delay_s: float = 0.0,
+    max_pending: int = 8,
 ) -> Attachment:
     """Start profiling this process: one `window_s` window every `period_s` seconds.
 
@@ -254,6 +303,8 @@ def attach(
         on_trace: called on the capture thread with each finished trace file.
         record_cpu: also record CPU operators (much larger traces).
         first_delay_s: wait this long before the first window.
+        max_pending: record no window while this many of this process's traces wait unread
+            in `trace_dir` (counted in `skipped`): nobody reading must not fill the disk.
 
     Raises ConfigError for invalid settings and ImportError when torch is missing.
     """
@@ -264,6 +315,8 @@ def attach(
         raise ConfigError(f"window_s: {window_s!r} s is longer than period_s {period_s!r} s")
     if not (math.isfinite(first_delay_s) and first_delay_s >= 0):
         raise ConfigError(f"first_delay_s: {first_delay_s!r} must be zero or more seconds")
+    if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+        raise ConfigError(f"max_pending: {max_pending!r} must be a whole number of traces, 1 or more")
     if serve_port is not None:
         raise ConfigError(
             f"serve_port: {serve_port!r}: serving metrics from inside the process is not available yet; "
@@ -291,6 +344,7 @@ def attach(
         on_trace=on_trace,
         record_cpu=record_cpu,
         first_delay_s=first_delay_s,
+        max_pending=max_pending,
     )
     handle._start()
     return handle
