@@ -323,6 +323,17 @@ def test_compose_pytorch_profile_shares_the_agents_namespace_and_trace_folder(co
     assert load_config(environ={**environment, "WARPWATCH_SOURCE": "kineto-daemon"}).source == ("kineto-daemon",)
 
 
+def test_compose_pytorch_is_a_torch_that_survives_the_daemon_and_the_charts_example_image(
+        compose: dict[str, Any]) -> None:
+    """torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1 (pytorch/pytorch#163545, fixed in 2.10)."""
+    image = compose["services"]["pytorch"]["image"]
+    m = re.fullmatch(r"pytorch/pytorch:(\d+)\.(\d+)\.\d+-.+", image)
+    assert m, image  # pytorch/pytorch tags begin with the torch version
+    assert (int(m.group(1)), int(m.group(2))) >= (2, 10), image
+    example = yaml.safe_load((ROOT / "helm" / "warpwatch" / "values.yaml").read_text(encoding="utf-8"))["example"]
+    assert image == f"{example['image']['repository']}:{example['image']['tag']}"
+
+
 def test_compose_mounts_existing_generated_files(compose: dict[str, Any]) -> None:
     services = compose["services"]
     mounted = {}

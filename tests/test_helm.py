@@ -61,6 +61,7 @@ ALL_CONFIG: dict[str, Any] = {
     "adaptive_window": True,
     "jitter": 2,
     "top_kernels": 20,
+    "max_gpus": 128,
     "log_level": "debug",
     "log_format": "text",
     "allow_high_duty": False,
@@ -76,7 +77,8 @@ ALL_CONFIG: dict[str, Any] = {
 """What the agent must see for ALL_CONFIG (parsed the agent's way)."""
 ALL_CONFIG_EXPECTED: dict[str, Any] = {
     "source": ("kineto-daemon", "dir:/tmp/warpwatch/extra"), "port": 9100, "period": 90.0, "window": 0.5,
-    "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "log_level": "debug", "log_format": "text",
+    "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "max_gpus": 128, "log_level": "debug",
+    "log_format": "text",
     "allow_high_duty": False,
     "trace_dir": Path("/tmp/traces"), "delete_processed": True, "retention_files": 100,
     "retention_bytes": 1024**3, "max_trace_bytes": 3 * 1024**3, "collect_timeout": 45.0,
@@ -85,7 +87,9 @@ ALL_CONFIG_EXPECTED: dict[str, Any] = {
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
     "example": {"example": {"enabled": True}},
-    "native-sidecar": {"example": {"enabled": True}, "warpwatch": {"nativeSidecar": True}},
+    "native-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "native"}},
+    "regular-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "regular"}},
+    "declared-torch": {"kineto": {"torchVersion": "2.10.0+cu128"}},
     "no-monitoring": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                       "dashboards": {"enabled": False}},
     "all-features": {
@@ -315,6 +319,12 @@ def test_values_schema_describes_every_value_and_nothing_else() -> None:
     ("warpwatch.config.top_kernels=0", "warpwatch.config.top_kernels"),
     ("warpwatch.config.source[0]=nfs:/traces", "warpwatch.config.source"),
     ("example.gpus=1", "gpus"),
+    ("warpwatch.sidecarMode=sidecar", "warpwatch.sidecarMode"),
+    ("warpwatch.sidecarMode=true", "warpwatch.sidecarMode"),
+    ("warpwatch.nativeSidecar=true", "nativeSidecar"),  # replaced by sidecarMode
+    ("kineto.torchVersion=two.ten", "kineto.torchVersion"),
+    ("kineto.torchVersion=2", "kineto.torchVersion"),
+    ("kineto.allowAffectedTorch=yes", "kineto.allowAffectedTorch"),
 ])
 def test_the_schema_rejects_misspelt_and_malformed_values(override: str, complaint: str) -> None:
     proc = _helm("lint", "--strict", str(CHART), "--set", override, check=False)
@@ -471,7 +481,8 @@ def test_sidecar_defaults_follow_the_agent() -> None:
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"], "scheme": "HTTP"}
     # No readiness gate: the sidecar's readiness would be the serving pod's.
     assert "readinessProbe" not in sidecar and "startupProbe" not in sidecar
-    assert "restartPolicy" not in sidecar and "initContainers" not in template["spec"]
+    # Kubernetes 1.32 has native sidecars: an init container with restartPolicy Always.
+    assert sidecar["restartPolicy"] == "Always" and sidecar in template["spec"]["initContainers"]
     assert env_of(sidecar) == {"WARPWATCH_SOURCE": "kineto-daemon", "WARPWATCH_TRACE_DIR": "/tmp/warpwatch",
                                "WARPWATCH_LOG_FORMAT": "json"}
     config = load_config(environ=env_of(sidecar))
@@ -542,20 +553,7 @@ def test_without_the_daemon_no_kineto_settings_and_no_gpu() -> None:
     assert readiness["httpGet"]["path"] == "/readyz"
 
 
-def test_native_sidecar_mode_runs_the_agent_as_a_restartable_init_container() -> None:
-    template = pod_templates(render("native-sidecar"))[0]
-    spec = template["spec"]
-    assert [c["name"] for c in spec["containers"]] == ["workload"]
-    (sidecar,) = spec["initContainers"]
-    assert sidecar["name"] == "warpwatch" and sidecar["restartPolicy"] == "Always"
-    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz" and "readinessProbe" not in sidecar
-    assert mounts_of(sidecar)["warpwatch-traces"] == mounts_of(container(template, "workload"))["warpwatch-traces"]
-    # Native sidecars need Kubernetes 1.29: an older cluster gets an error, not a pod that never starts.
-    proc = _helm("template", RELEASE, str(CHART), "--kube-version", "1.28.0", "--set",
-                 "example.enabled=true,warpwatch.nativeSidecar=true", check=False)
-    assert proc.returncode != 0 and "warpwatch.nativeSidecar needs Kubernetes 1.29 or newer" in proc.stderr
-    _helm("template", RELEASE, str(CHART), "--kube-version", "1.29.0", "--set",
-          "example.enabled=true,warpwatch.nativeSidecar=true")
+# The sidecar's place (sidecarMode) and the torch check: tests/test_helm_sidecar.py.
 
 
 @pytest.mark.parametrize("name", [n for n in VALUE_SETS if VALUE_SETS[n].get("serviceMonitor", {}).get("enabled")])
@@ -693,7 +691,7 @@ def test_notes_render_for_every_value_set(name: str, tmp_path: Path) -> None:
     values = values_of(name)
     assert f"warpwatch {__version__}" in rendered
     assert ("-example" in rendered) == values["example"]["enabled"]
-    assert ('"warpwatch.sidecar"' in rendered) != values["example"]["enabled"]
+    assert ('"warpwatch.containers"' in rendered) != values["example"]["enabled"]
     assert ("NetworkPolicy" in rendered) == values["networkPolicy"]["enabled"]
     if values["service"]["enabled"]:
         assert f"port-forward svc/{values['fullnameOverride'] or FULLNAME}" in rendered

@@ -30,6 +30,10 @@ README = ROOT / "README.md"
 CHART = ROOT / "helm" / "warpwatch"
 CRD_GROUP = "monitoring.coreos.com/v1"
 KUBE_VERSION = "1.32.0"
+OLD_KUBE_VERSION = "1.28.0"
+"""The newest Kubernetes without native sidecars on by default (they are from 1.29)."""
+VLLM_TORCH = {"v0.10.1": "2.7.1", "v0.14.0": "2.9.1", "v0.15.0": "2.9.1", "v0.16.0": "2.9.1", "v0.17.0": "2.10.0"}
+"""The torch each vLLM release pins (`torch==` in the requirements of its PyPI wheel)."""
 
 
 def _find_helm() -> str | None:
@@ -83,20 +87,20 @@ def _isolated(tmp: Path) -> dict[str, str]:
             "PATH": f"{Path(HELM).parent}:/usr/bin:/bin"}
 
 
-def _install_as_template(command: list[str], *, monitoring: bool) -> list[str]:
+def _install_as_template(command: list[str], *, monitoring: bool, kube_version: str = KUBE_VERSION) -> list[str]:
     """`helm install NAME CHART [flags]` as `helm template` with the same name, chart and flags."""
     assert command[:2] == ["helm", "install"]
     flags = [f for f in command[4:] if f != "--create-namespace"]
-    return ["template", command[2], command[3], *flags, "--kube-version", KUBE_VERSION,
+    return ["template", command[2], command[3], *flags, "--kube-version", kube_version,
             *(("--api-versions", CRD_GROUP) if monitoring else ())]
 
 
-def _validate(objs: list[dict[str, Any]]) -> None:
+def _validate(objs: list[dict[str, Any]], kube_version: str = KUBE_VERSION) -> None:
     import kubernetes_validate
 
     for obj in objs:
         if obj["apiVersion"] != CRD_GROUP:
-            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+            kubernetes_validate.validate(obj, kube_version, strict=True)
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +121,13 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
-def _render(workdir: Path, command: list[str], *, monitoring: bool) -> list[dict[str, Any]]:
+def _render(workdir: Path, command: list[str], *, monitoring: bool,
+            kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
     env = _isolated(workdir)
     _helm("lint", "--strict", command[3], *[f for f in command[4:] if f != "--create-namespace"],
           cwd=workdir, env=env)
-    text = _helm(*_install_as_template(command, monitoring=monitoring), cwd=workdir, env=env)
+    text = _helm(*_install_as_template(command, monitoring=monitoring, kube_version=kube_version),
+                 cwd=workdir, env=env)
     return [d for d in yaml.safe_load_all(text) if d]
 
 
@@ -157,7 +163,10 @@ def test_the_vllm_release_renders_a_traced_vllm_pod_scraped_by_kube_prometheus_s
     template = deployment["spec"]["template"]
     containers = _containers(template)
     vllm, sidecar = containers["vllm"], containers["warpwatch"]
-    assert "restartPolicy" not in sidecar  # an ordinary sidecar in `containers:`
+    # Kubernetes 1.32: a native sidecar, started before vLLM and stopped after it.
+    assert template["spec"]["initContainers"] == [sidecar] and sidecar["restartPolicy"] == "Always"
+    assert [c["name"] for c in template["spec"]["containers"]] == ["vllm"]
+    assert "startupProbe" not in sidecar  # it would hold back vLLM's start
     # The server registers with the agent (Kineto's daemon protocol) and writes where it reads.
     assert _env(vllm)["KINETO_USE_DAEMON"] == "1"
     mounts = {c: {m["name"]: m["mountPath"] for m in containers[c]["volumeMounts"]} for c in containers}
@@ -199,6 +208,40 @@ def test_the_vllm_release_renders_a_traced_vllm_pod_scraped_by_kube_prometheus_s
     for name in names:
         assert f"warpwatch_{name}" in exported, name
     assert f"serviceMonitor/{namespace}/{monitor['metadata']['name']}/0" in _section()
+
+
+def test_on_a_cluster_without_native_sidecars_the_same_files_render_a_regular_sidecar(workdir: Path) -> None:
+    objs = _render(workdir, _command("helm install serve "), monitoring=True, kube_version=OLD_KUBE_VERSION)
+    _validate(objs, OLD_KUBE_VERSION)
+    (deployment,) = _by(objs, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert "initContainers" not in spec
+    assert [c["name"] for c in spec["containers"]] == ["vllm", "warpwatch"]
+    assert "restartPolicy" not in spec["containers"][1]  # the API server refuses it outside initContainers
+
+
+def test_the_vllm_image_has_a_torch_that_survives_the_daemon_and_the_values_declare_it(workdir: Path) -> None:
+    """torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1 (pytorch/pytorch#163545, fixed in 2.10)."""
+    (deployment,) = _by(_render(workdir, _command("helm install serve "), monitoring=True), "Deployment")
+    vllm = _containers(deployment["spec"]["template"])["vllm"]
+    repository, tag = vllm["image"].rsplit(":", 1)
+    assert repository == "vllm/vllm-openai" and tag in VLLM_TORCH, vllm["image"]
+    torch = VLLM_TORCH[tag]
+    assert tuple(int(x) for x in torch.split(".")[:2]) >= (2, 10), f"{vllm['image']} has torch {torch}"
+    values = yaml.safe_load((workdir / "my-vllm" / "values.yaml").read_text(encoding="utf-8"))
+    assert values["warpwatch"]["kineto"]["torchVersion"] == torch
+    # The declaration is what makes the chart refuse an older vLLM: the same files with v0.10.1.
+    older = workdir.parent / "older"
+    shutil.copytree(workdir, older)
+    values["warpwatch"]["kineto"]["torchVersion"] = VLLM_TORCH["v0.10.1"]
+    (older / "my-vllm" / "values.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
+    assert HELM is not None
+    proc = subprocess.run([HELM, *_install_as_template(_command("helm install serve "), monitoring=True)],
+                          cwd=older, env=_isolated(older), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert ("kineto.torchVersion is torch 2.7.1: torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1"
+            in proc.stderr)
+    assert "pytorch/pytorch#163545" in _section()
 
 
 def test_without_the_operators_api_the_release_renders_no_monitoring_objects(workdir: Path) -> None:

@@ -2,7 +2,13 @@
 Named templates. The ones meant for your own Deployments (README.md) take this chart's context;
 from a parent chart that depends on warpwatch, pass `.Subcharts.warpwatch`:
 
-  warpwatch.sidecar               the sidecar container (one list item of `containers:`)
+  warpwatch.initContainers        the sidecar as an item of `initContainers:` where it runs as a
+                                  native sidecar (warpwatch.sidecarMode), else nothing
+  warpwatch.containers            the sidecar as an item of `containers:` where it runs as a
+                                  regular container, else nothing
+  warpwatch.sidecar               the sidecar as a regular container (fails where it runs native:
+                                  use the two above)
+  warpwatch.nativeSidecar         "true" where the sidecar runs as a native sidecar, else ""
   warpwatch.volumes               the pod volumes the sidecar and the traced containers need
   warpwatch.workloadEnv           env items for a traced PyTorch container (KINETO_USE_DAEMON...)
   warpwatch.workloadVolumeMounts  volumeMounts items for a traced container (trace folder, Kineto config)
@@ -135,19 +141,66 @@ without an exponent (values.yaml numbers arrive as float64). */}}
 {{- end }}
 {{- end }}
 
-{{/* The sidecar container. Usage, inside a pod spec's `containers:` (or `initContainers:` with
-warpwatch.nativeSidecar, Kubernetes 1.29+):
-       {{- include "warpwatch.sidecar" . | nindent 8 }}            (this chart)
-       {{- include "warpwatch.sidecar" .Subcharts.warpwatch | nindent 8 }}   (a parent chart) */}}
-{{- define "warpwatch.sidecar" -}}
-{{- $w := .Values.warpwatch -}}
-{{- if and $w.nativeSidecar (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "warpwatch.nativeSidecar needs Kubernetes 1.29 or newer (init containers with restartPolicy Always); the cluster is %s" .Capabilities.KubeVersion.Version) }}
+{{/* "true" where the sidecar runs as a Kubernetes native sidecar (an init container with
+restartPolicy Always), "" where it runs as a regular container. warpwatch.sidecarMode decides: auto
+follows the cluster (`helm install` asks it; `helm template` takes --kube-version): native from
+1.29, where the SidecarContainers feature is on by default (beta; GA in 1.33); regular before. */}}
+{{- define "warpwatch.nativeSidecar" -}}
+{{- $mode := .Values.warpwatch.sidecarMode -}}
+{{- $kube := .Capabilities.KubeVersion.Version -}}
+{{- $has := semverCompare ">=1.29.0-0" $kube -}}
+{{- if eq $mode "native" }}
+{{- if not $has }}
+{{- fail (printf "warpwatch.sidecarMode=native needs Kubernetes 1.29 or newer (init containers with restartPolicy Always); the cluster is %s: use auto or regular" $kube) }}
 {{- end -}}
+true
+{{- else if and (eq $mode "auto") $has -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* The sidecar where warpwatch.sidecarMode puts it. In a pod spec:
+       {{- with include "warpwatch.initContainers" . }}
+       initContainers:
+         {{- . | nindent 8 }}
+       {{- end }}
+       containers:
+         - name: server
+           ...
+         {{- include "warpwatch.containers" . | nindent 8 }}
+(a parent chart passes .Subcharts.warpwatch instead of .). Exactly one of the two renders it. */}}
+{{- define "warpwatch.initContainers" -}}
+{{- if include "warpwatch.nativeSidecar" . }}
+{{- include "warpwatch.sidecarContainer" . }}
+{{- end }}
+{{- end }}
+
+{{- define "warpwatch.containers" -}}
+{{- if not (include "warpwatch.nativeSidecar" .) }}
+{{- include "warpwatch.sidecarContainer" . }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar as one item of `containers:`, for Deployments written before sidecarMode. Where
+the sidecar runs native it would carry restartPolicy Always, which the API server refuses outside
+initContainers: say so at render time instead. */}}
+{{- define "warpwatch.sidecar" -}}
+{{- if include "warpwatch.nativeSidecar" . }}
+{{- fail (printf "warpwatch.sidecar renders a regular container, but warpwatch.sidecarMode=%s makes the sidecar a native sidecar on Kubernetes %s: include \"warpwatch.initContainers\" under initContainers and \"warpwatch.containers\" under containers instead (chart README), or set warpwatch.sidecarMode=regular" .Values.warpwatch.sidecarMode .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- include "warpwatch.sidecarContainer" . }}
+{{- end }}
+
+{{/* The sidecar container (one list item), with restartPolicy Always where it runs as a native
+sidecar. No readinessProbe by default and never a startupProbe: a native sidecar's readiness counts
+in the pod's Ready condition like any container's, and its startupProbe would hold back the
+server's containers until it passed. */}}
+{{- define "warpwatch.sidecarContainer" -}}
+{{- $w := .Values.warpwatch -}}
 - name: {{ $w.containerName }}
   image: {{ include "warpwatch.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  {{- if $w.nativeSidecar }}
+  {{- if include "warpwatch.nativeSidecar" . }}
   restartPolicy: Always
   {{- end }}
   {{- with $w.args }}
@@ -214,8 +267,40 @@ warpwatch.nativeSidecar, Kubernetes 1.29+):
 {{- end }}
 {{- end }}
 
+{{/* Why the chart checks torch versions; one text for the template's refusal and NOTES.txt. */}}
+{{- define "warpwatch.torchHazard" -}}
+torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1 (a race in Kineto's start-up, pytorch/pytorch#163545; fixed in torch 2.10)
+{{- end }}
+
+{{/* The torch version a string begins with ("2.10.0-cuda12.8-cudnn9-runtime", "v2.8.0",
+"2.9.1+cu128" -> "2.10.0", "2.8.0", "2.9.1"), else "". */}}
+{{- define "warpwatch.torchVersionOf" -}}
+{{- regexFind "^[0-9]+\\.[0-9]+(\\.[0-9]+)?" (trimPrefix "v" (toString .)) -}}
+{{- end }}
+
+{{/* "true" for a torch version that warpwatch.torchHazard names (2.7.0 <= version < 2.10.0): the
+one place the chart holds that range. */}}
+{{- define "warpwatch.torchAffected" -}}
+{{- $version := include "warpwatch.torchVersionOf" . -}}
+{{- if and $version (semverCompare ">=2.7.0-0, <2.10.0-0" $version) }}true{{ end -}}
+{{- end }}
+
+{{/* Refuses to render KINETO_USE_DAEMON=1 for a torch that crashes with it, from
+(list ROOT VERSION WHERE): WHERE names the value the version came from. The agent cannot see the
+traced process's torch and the process would die of it, so a known-bad version fails the render,
+unless kineto.allowAffectedTorch (then NOTES.txt warns). */}}
+{{- define "warpwatch.checkTorch" -}}
+{{- $root := index . 0 -}}
+{{- $version := index . 1 -}}
+{{- $where := index . 2 -}}
+{{- if and $root.Values.kineto.useDaemon (include "warpwatch.torchAffected" $version) (not $root.Values.kineto.allowAffectedTorch) }}
+{{- fail (printf "%s is torch %s: %s, and kineto.useDaemon sets it. Use torch 2.10 or newer; or kineto.useDaemon=false with a vllm:, sglang: or dir: source; or kineto.allowAffectedTorch=true to accept the risk" $where (include "warpwatch.torchVersionOf" $version) (include "warpwatch.torchHazard" $root)) }}
+{{- end }}
+{{- end }}
+
 {{/* Environment of a traced PyTorch container (items of its `env:`). */}}
 {{- define "warpwatch.workloadEnv" -}}
+{{- include "warpwatch.checkTorch" (list . .Values.kineto.torchVersion "kineto.torchVersion") -}}
 {{- if .Values.kineto.useDaemon -}}
 - name: KINETO_USE_DAEMON
   value: "1"
