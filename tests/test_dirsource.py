@@ -446,8 +446,8 @@ def test_replay_samples_alias_replays_the_bundled_traces() -> None:
 
 def test_a_json_still_being_written_is_not_judged_complete_because_it_ends_in_a_brace(folder: Path) -> None:
     """Issue: a plain .json ending in `}` between two chunks, unchanged for 100 ms, was handed over
-    and failed as truncated. Now it must be one whole JSON document, or (for the invalid JSON
-    some Kineto versions write) stay unchanged for json_settle_s."""
+    and failed as truncated. Now it must be one whole JSON object by structure (which the invalid
+    JSON some Kineto versions write is too), or stay unchanged for json_settle_s."""
     target = folder / "chunked.json"
     target.write_text('{"traceEvents": [{"name": "a", "ph": "X"}')  # a chunk boundary after a `}`
     set_mtime(target, int(time.time()) + 60)  # settling is by this test's clock alone
@@ -462,15 +462,21 @@ def test_a_json_still_being_written_is_not_judged_complete_because_it_ends_in_a_
     assert window.path == target
     json.loads(target.read_text())
 
-    kineto = folder / "inf.json"  # not JSON (a bare inf), yet the reader takes it: waits to settle
+    kineto = folder / "inf.json"  # not JSON (a bare inf), but whole by structure: the reader takes it at once
     kineto.write_text('{"traceEvents": [{"name": "a", "dur": inf}]}')
     set_mtime(kineto, int(time.time()) + 60)
     clock.now = 10.0
-    assert src.capture(0.1, 1.0) == []
-    clock.now = 11.9
-    assert src.capture(0.1, 1.0) == []
-    clock.now = 12.0
     assert names(src.capture(0.1, 1.0)) == ["inf.json"]
+
+    stuck = folder / "stuck.json"  # its writer stopped after a chunk: handed over once settled
+    stuck.write_text('{"traceEvents": [{"name": "a", "dur": inf}')
+    set_mtime(stuck, int(time.time()) + 60)
+    clock.now = 20.0
+    assert src.capture(0.1, 1.0) == []
+    clock.now = 21.9
+    assert src.capture(0.1, 1.0) == []
+    clock.now = 22.0
+    assert names(src.capture(0.1, 1.0)) == ["stuck.json"]
 
 
 def test_a_file_whose_permissions_change_after_a_failed_read_is_read_again(folder: Path) -> None:

@@ -14,11 +14,11 @@ a window for every file that is
   and is counted;
 - finished: same size and modification time in both looks and complete by
   `warpwatch.capture.files.is_complete_trace_file` (a whole gzip stream, checked to its CRC; a
-  JSON text from `{` to `}`). A plain `.json` must moreover be one whole valid JSON document
-  (`files.is_complete_json`: its last `}` proves nothing while a writer may still append, as a
-  trace written in chunks ends in `}` between two of them), or, for the invalid JSON some
-  Kineto versions write, have stayed unchanged for `json_settle_s` (2 s), by its modification
-  time or since it was first seen so. Or it is handed over
+  JSON text from `{` to `}`). A plain `.json` must moreover be one whole JSON object by
+  structure (`files.is_complete_json`: its last `}` proves nothing while a writer may still
+  append, as a trace written in chunks ends in `}` between two of them; the check streams the
+  file and cannot be faulted by a writer truncating it), or have stayed unchanged for
+  `json_settle_s` (2 s), by its modification time or since it was first seen so. Or it is handed over
   anyway once unchanged for longer than `give_up_s` (the service passes `collect_timeout`), and
   fails its window with the reader's reason (empty, truncated, not JSON, unreadable) instead of
   being waited for forever;
@@ -55,11 +55,10 @@ from ..errors import CaptureError
 from ..logs import RepeatFilter, event, limited_event
 from . import CapturedWindow
 from .confine import RefusedFile, check
-from .files import TEMP_SUFFIXES, is_finished, is_valid_json_file
+from .files import TEMP_SUFFIXES, TRACE_SUFFIXES, is_complete_json_file, is_finished
 
 log = logging.getLogger(__name__)
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 _WORKER = re.compile(r"^(?P<worker>.+)\.\d{9,}\.pt\.trace\.json(\.gz)?$")
 
 Key = tuple[str, int, int, int]
@@ -173,7 +172,7 @@ class DirSource:
                 seen_at = self._first_seen.setdefault(key, now)
                 settled = now - seen_at >= self.json_settle_s or wall - key[2] / 1e9 >= self.json_settle_s
                 if path in refused or (first.get(path) == key and is_finished(path, self.folder) and (
-                        settled or not key[0].lower().endswith(".json") or is_valid_json_file(path, self.folder))
+                        settled or not key[0].lower().endswith(".json") or is_complete_json_file(path, self.folder))
                         and self._unchanged(path, key)):
                     ready.append(_Entry(path, key))
                 elif now - seen_at >= self.give_up_s:

@@ -15,9 +15,11 @@ So a file counts as finished only when
   the file is not required to be valid JSON, because some Kineto versions write invalid JSON
   that the analyser still reads). A `{` ... `}` file can still be cut between two chunks of a
   writer (`{"traceEvents": [{...}` ends in `}`), so `is_complete_json` says whether it is one
-  whole JSON document (msgspec's validating skip over the memory-mapped file: no objects built,
-  nothing copied); a folder-watching source hands over a braced file that is not valid JSON only
-  once it has stayed unchanged for a while (`dirsource.JSON_SETTLE_S`).
+  whole JSON object by structure (`jsonscan.JsonScan`: streamed in 1 MiB reads, never mapped,
+  so a writer truncating the file under the check cannot fault the agent; a file that changes
+  while it is read is not complete yet); a folder-watching source hands over a braced file that
+  is not yet judged complete only once it has stayed unchanged for a while
+  (`dirsource.JSON_SETTLE_S`).
 
 Callers that poll a folder should also require the size to be unchanged between two polls
 (`SettleTracker`) before calling these, so that the decompression runs about once per file.
@@ -27,15 +29,14 @@ it: never through a link out of its folder, never a FIFO (which would block the 
 
 from __future__ import annotations
 
-import mmap
 import os
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
 from .confine import RefusedFile, open_confined
+from .jsonscan import CHUNK, JsonScan
 
 __all__ = [
     "TEMP_SUFFIXES",
@@ -43,9 +44,9 @@ __all__ = [
     "SettleTracker",
     "is_complete_gzip",
     "is_complete_json",
+    "is_complete_json_file",
     "is_complete_trace_file",
     "is_finished",
-    "is_valid_json_file",
 ]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -55,8 +56,13 @@ TEMP_SUFFIXES = (".tmp", ".part", ".partial")
 """Suffixes of files that are still being written, whatever their content."""
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_READ_CHUNK = 1 << 20
+_ENDS = 4096  # bytes read at each end of a file by the cheap `{` ... `}` check
 _MAX_OUT = 1 << 22  # decompress at most 4 MiB at a time: memory stays flat for any file size
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    """`open`'s opener: a FIFO given by path does not block the caller (regular files ignore it)."""
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def is_complete_gzip(path: str | os.PathLike[str]) -> bool:
@@ -68,7 +74,7 @@ def is_complete_gzip(path: str | os.PathLike[str]) -> bool:
     corrupt file. Never raises for I/O or format errors.
     """
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=_nonblocking) as f:
             if f.read(2) != _GZIP_MAGIC:
                 return False
             f.seek(0)
@@ -76,7 +82,7 @@ def is_complete_gzip(path: str | os.PathLike[str]) -> bool:
             in_member = True
             pending = b""
             while True:
-                chunk = pending or f.read(_READ_CHUNK)
+                chunk = pending or f.read(CHUNK)
                 pending = b""
                 if not chunk:
                     break
@@ -112,10 +118,10 @@ def is_complete_gzip(path: str | os.PathLike[str]) -> bool:
 
 
 def _first_last_nonblank(path: str | os.PathLike[str], size: int) -> tuple[bytes, bytes]:
-    with open(path, "rb") as f:
-        head = f.read(min(size, 4096)).lstrip()
-        f.seek(max(0, size - 4096))
-        tail = f.read().rstrip()
+    with open(path, "rb", opener=_nonblocking) as f:
+        head = f.read(min(size, _ENDS)).lstrip()
+        f.seek(max(0, size - _ENDS))
+        tail = f.read(_ENDS).rstrip()  # bounded: the file may have grown since `size`
     return head[:1], tail[-1:]
 
 
@@ -146,23 +152,33 @@ def is_complete_trace_file(path: str | os.PathLike[str], *, read_from: str | os.
 
 
 def is_complete_json(path: str | os.PathLike[str]) -> bool:
-    """True when `path` holds exactly one whole, valid JSON document (trailing blanks allowed).
+    """True when `path` holds one whole JSON object by structure (`jsonscan`; trailing blanks
+    allowed), read in `jsonscan.CHUNK` pieces: memory stays at a few MiB for any size.
 
-    Validated by msgspec without building any object, over a memory map of the file (the page
-    cache holds it; nothing is copied). False for a missing, empty, unreadable, cut or invalid
-    file; never raises."""
+    False for a missing, empty, unreadable or cut file, and for one that shrank, grew or was
+    rewritten while it was read (its size or modification time changed): not complete yet, try
+    again later. Never raises for I/O or content, and never maps the file (a writer truncating a
+    mapped file would kill the reader with SIGBUS)."""
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
+        with open(path, "rb", buffering=0, opener=_nonblocking) as f:
+            before = os.fstat(f.fileno())
+            if not stat.S_ISREG(before.st_mode) or before.st_size == 0:
                 return False
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                msgspec.json.decode(mm, type=msgspec.Raw)
-        return True
-    except (OSError, ValueError, msgspec.DecodeError):
+            scan = JsonScan()
+            left = before.st_size
+            while left > 0 and not scan.gave_up:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:
+                    return False  # shorter than it was: truncated under the check
+                left -= len(chunk)
+                scan.feed(chunk)
+            after = os.fstat(f.fileno())
+    except (OSError, ValueError):
         return False
+    return scan.complete() and (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
 
 
-def is_valid_json_file(path: Path, folder: Path | None = None) -> bool:
+def is_complete_json_file(path: Path, folder: Path | None = None) -> bool:
     """`is_complete_json` on `path`, read as `confine.open_confined` opens it."""
     try:
         with open_confined(path, folder) as opened:
