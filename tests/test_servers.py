@@ -1,7 +1,6 @@
-"""Capture through vLLM's and SGLang's profiling endpoints, against stand-in HTTP servers.
-
-vLLM and SGLang cannot run here; the stand-ins below follow their documented endpoint
-behaviour (named in each docstring) and write real Kineto traces from /work/shared/traces.
+"""Capture through vLLM's and SGLang's profiling endpoints: the sources' behaviour (slow flushes,
+missing ranks, back-off, tokens, labels) against in-process stand-ins (tests/engines/threaded.py).
+The version families of each engine, as separate processes: tests/test_servers_engines.py.
 """
 
 from __future__ import annotations
@@ -9,229 +8,24 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
 import shutil
 import threading
 import time
-import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engines.threaded import ALEXNET, Recorded, SglangStandIn, StandIn, VllmStandIn
 from warpwatch.capture import CapturedWindow, Source
-from warpwatch.capture.files import SettleTracker, is_complete_gzip, is_complete_trace_file
 from warpwatch.capture.servers import SglangSource, VllmSource
 from warpwatch.errors import CaptureError, ConfigError
-
-TRACES = Path("/work/shared/traces")
-ALEXNET = TRACES / (
-    "facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/alexnet/"
-    "benchmark_result_2869224_1695835535_trace.json.gz"
-)
-INFERENCE_RANK1 = (
-    TRACES / "facebookresearch__HolisticTraceAnalysis/tests/data/trace_file_list/inference_rank_1.json.gz"
-)
-PLAIN_JSON = TRACES / "pytorch__kineto/docs/traces/after_fix_trace.json"
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
 
 LOGGER = "warpwatch.capture.servers"
 TOKEN = "s3cret-t0ken-value"
-
-
-def _rank_traces() -> list[bytes]:
-    """The uncompressed JSON each stand-in rank writes: rank 0 AlexNet, rank 1 an inference trace."""
-    return [gzip.decompress(ALEXNET.read_bytes()), gzip.decompress(INFERENCE_RANK1.read_bytes())]
-
-
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class StandIn:
-    """A stand-in profiling server on 127.0.0.1 (port 0), served from a thread.
-
-    `blocking`: stop_profile answers only after the traces are written (what both real servers
-    do); False answers first and writes afterwards (a gateway answering early, or a shared
-    folder that shows the data late). Traces are gzip-compressed and written in `chunks` pieces
-    `chunk_delay` seconds apart (a slow flush). `write_ranks`: which ranks write a file.
-    """
-
-    trace_dir: Path
-    enabled: bool = True
-    token: str | None = None
-    blocking: bool = True
-    chunks: int = 1
-    chunk_delay: float = 0.0
-    write_ranks: tuple[int, ...] = (0, 1)
-    requests: list[Recorded] = field(default_factory=list)
-    written: dict[int, Path] = field(default_factory=dict)
-    sources: dict[int, bytes] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.traces = _rank_traces()
-        self._writers: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        standin = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                rec = Recorded("POST", self.path, {k: v for k, v in self.headers.items()}, body)
-                with standin._lock:
-                    standin.requests.append(rec)
-                status, ctype, payload = standin.handle(rec)
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = False  # server_close() waits for handlers still writing
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02})
-        self._thread.daemon = True
-        self._thread.start()
-
-    # FastAPI's answers
-    NOT_FOUND = (404, "application/json", b'{"detail":"Not Found"}')
-    UNAUTHORIZED = (401, "application/json", b'{"error":"Unauthorized"}')
-    INTERNAL = (500, "text/plain; charset=utf-8", b"Internal Server Error")
-
-    def handle(self, rec: Recorded) -> tuple[int, str, bytes]:
-        raise NotImplementedError
-
-    def authorized(self, rec: Recorded) -> bool:
-        return self.token is None or rec.headers.get("Authorization") == f"Bearer {self.token}"
-
-    def write_traces(self, names: dict[int, Path]) -> None:
-        def write(rank: int, path: Path) -> None:
-            data = gzip.compress(self.traces[rank], mtime=0)
-            step = -(-len(data) // self.chunks)
-            with open(path, "wb") as f:
-                for i in range(0, len(data), step):
-                    if i:
-                        time.sleep(self.chunk_delay)
-                    f.write(data[i : i + step])
-                    f.flush()
-
-        threads = []
-        for rank, path in names.items():
-            if rank not in self.write_ranks:
-                continue
-            self.written[rank] = path
-            self.sources[rank] = self.traces[rank]
-            t = threading.Thread(target=write, args=(rank, path), daemon=True)
-            t.start()
-            threads.append(t)
-        if self.blocking:
-            for t in threads:
-                t.join()
-        else:
-            self._writers.extend(threads)
-
-    def go_away(self) -> None:
-        """The server process ends: the listening socket closes, connects are refused."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def close(self) -> None:
-        for t in self._writers:
-            t.join()
-        if self._thread.is_alive():
-            self.go_away()
-        self._thread.join()
-
-    def paths(self) -> list[str]:
-        return [r.path for r in self.requests]
-
-
-@dataclass
-class VllmStandIn(StandIn):
-    """vLLM v0.13+ (`vllm/entrypoints/serve/profile/api_router.py`; older
-    `entrypoints/openai/api_server.py` behaves the same).
-
-    The routes exist only when profiling is enabled (`--profiler-config` with a
-    `torch_profiler_dir`, or `VLLM_TORCH_PROFILER_DIR`): otherwise FastAPI's 404. POST
-    /start_profile and /stop_profile take no body and answer 200 with an empty body; a second
-    start, or a stop while inactive, is ignored (`WorkerProfiler.start/stop`). Each worker's
-    `tensorboard_trace_handler(dir, worker_name=f"{instance_id}-rank-{rank}", use_gzip=True)`
-    writes `{worker}.{time.time_ns()}.pt.trace.json.gz` during stop.
-    """
-
-    instance_id: str = "7f3a9c21"
-    active: bool = False
-
-    def handle(self, rec: Recorded) -> tuple[int, str, bytes]:
-        if not self.authorized(rec):
-            return self.UNAUTHORIZED
-        if not self.enabled or rec.path not in ("/start_profile", "/stop_profile"):
-            return self.NOT_FOUND
-        if rec.path == "/start_profile":
-            self.active = True
-        elif self.active:
-            self.active = False
-            names = {
-                r: self.trace_dir / f"{self.instance_id}-rank-{r}.{time.time_ns()}.pt.trace.json.gz"
-                for r in range(2)
-            }
-            self.trace_dir.mkdir(parents=True, exist_ok=True)
-            self.write_traces(names)
-        return 200, "text/plain", b""
-
-
-@dataclass
-class SglangStandIn(StandIn):
-    """SGLang v0.5 (`srt/entrypoints/http_server.py`, `srt/managers/scheduler_profiler_mixin.py`).
-
-    POST /start_profile takes an optional JSON `ProfileReqInput` (output_dir, num_steps,
-    activities, with_stack, record_shapes, ...) and answers 200 "Start profiling.\\n"; starting
-    while a profile runs raises in the tokenizer manager: 500 "Internal Server Error". POST
-    /stop_profile makes every TP rank write `{profile_id}-TP-{rank}.trace.json.gz` into
-    output_dir (default SGLANG_TORCH_PROFILER_DIR, else /tmp) and answers 200 "Stop profiling.
-    This will take some time.\\n" after that; stop without a running profile: 500.
-    `enabled=False` stands for a router or gateway that does not forward the routes (404).
-    """
-
-    in_progress: bool = False
-    output_dir: Path | None = None
-    profile_id: str = ""
-
-    def handle(self, rec: Recorded) -> tuple[int, str, bytes]:
-        if not self.authorized(rec):
-            return self.UNAUTHORIZED
-        if not self.enabled or rec.path not in ("/start_profile", "/stop_profile"):
-            return self.NOT_FOUND
-        if rec.path == "/start_profile":
-            if self.in_progress:
-                return self.INTERNAL
-            req = json.loads(rec.body) if rec.body else {}
-            self.output_dir = Path(req.get("output_dir") or self.trace_dir)
-            self.profile_id = str(time.time())
-            self.in_progress = True
-            return 200, "text/plain", b"Start profiling.\n"
-        if not self.in_progress:
-            return self.INTERNAL
-        self.in_progress = False
-        assert self.output_dir is not None
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        names = {r: self.output_dir / f"{self.profile_id}-TP-{r}.trace.json.gz" for r in range(2)}
-        self.write_traces(names)
-        return 200, "text/plain", b"Stop profiling. This will take some time.\n"
 
 
 @pytest.fixture
@@ -367,14 +161,19 @@ def test_sglang_server_side_folder(tmp_path: Path, standins: list[StandIn]) -> N
 
 
 @pytest.mark.parametrize(
-    ("kind", "hints"),
+    ("kind", "hints", "first_request"),
     [
-        ("vllm", ["--profiler-config", "torch_profiler_dir", "VLLM_TORCH_PROFILER_DIR"]),
-        ("sglang", ["SGLANG_TORCH_PROFILER_DIR", "output_dir"]),
+        ("vllm", ["disabled", "--profiler-config", "torch_profiler_dir", "VLLM_TORCH_PROFILER_DIR"],
+         ["/start_profile"]),
+        # A gateway that forwards none of SGLang's routes: the version cannot be read, so no start
+        # is sent at all (some versions die of a start they do not take).
+        ("sglang", ["cannot tell the SGLang version", "/get_server_info", "router or gateway",
+                    "SGLANG_TORCH_PROFILER_DIR", "output_dir"], []),
     ],
 )
 def test_disabled_logs_once_and_backs_off(
-    kind: str, hints: list[str], trace_dir: Path, standins: list[StandIn], caplog: pytest.LogCaptureFixture
+    kind: str, hints: list[str], first_request: list[str], trace_dir: Path, standins: list[StandIn],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     if kind == "vllm":
@@ -390,14 +189,14 @@ def test_disabled_logs_once_and_backs_off(
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     line = warnings[0].getMessage()
-    assert "\n" not in line and "disabled" in line
+    assert "\n" not in line
     for hint in hints:
         assert hint in line
     assert warnings[0].exc_info is None
 
     # Backing off: the next window sends nothing at all.
     assert src.capture(0.05, 5) == []
-    assert server.paths() == ["/start_profile"]
+    assert server.paths() == first_request
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
 
 
@@ -468,6 +267,57 @@ def test_missing_rank_file(trace_dir: Path, standins: list[StandIn]) -> None:
     assert missing.labels == {"rank": "1"}
     assert missing.path is None and missing.outcome == "timed_out"
     assert missing.error is not None and "rank 1" in missing.error
+
+
+def test_a_rank_that_never_writes_does_not_hold_back_the_next_window(trace_dir: Path, standins: list[StandIn]) -> None:
+    """The window gives up on rank 1 (counted timed_out); its session stays open for late files, but
+    once nothing more has come for settle_quiet_s the next window opens (not after late_timeout_s)."""
+    server = _vllm(standins, trace_dir, write_ranks=(0,))
+    src = VllmSource(server.url, trace_dir, expected_files=2, settle_quiet_s=0.2, late_timeout_s=3600,
+                     **{**FAST, "flush_timeout_s": 0.3})
+    assert [w.outcome for w in src.capture(0.05, 10)] == [None, "timed_out"]
+    time.sleep(0.3)
+    assert len(_ok(src.capture(0.05, 10))) == 1  # a new window, rank 0 again
+    assert server.paths() == ["/start_profile", "/stop_profile"] * 2
+
+
+def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: Path, standins: list[StandIn]) -> None:
+    """A shared volume shows rank 1's file after the window took rank 0's as the whole answer:
+    the next round hands it over with its own window's interval, before opening a new window."""
+    server = _vllm(standins, trace_dir, write_ranks=(0,))
+    src = VllmSource(server.url, trace_dir, delete_processed=True, settle_quiet_s=0.2, **FAST)
+    (first,) = src.capture(0.05, 10)
+    assert first.labels == {"rank": "0"}
+    late = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
+    shutil.copy(ALEXNET, late)
+    time.sleep(0.1)
+    (mine,) = src.capture(0.05, 10)  # handed over; no new window while its session may grow
+    assert mine.path == late and mine.labels == {"rank": "1"} and mine.requested == first.requested
+    mine.done()
+    assert not late.exists()
+    time.sleep(0.25)
+    assert [w.labels for w in src.capture(0.05, 10)] == [{"rank": "0"}]  # then the next window
+    assert src.server_stats().files == {"worker": 2, "late": 1}
+    assert server.paths() == ["/start_profile", "/stop_profile"] * 2
+
+
+def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standins: list[StandIn]) -> None:
+    """SGLang names every rank's file with the session's profile id: a file with another id that
+    appears after the window (a person's profile in the same folder) is neither read nor deleted."""
+    server = _sglang(standins, trace_dir, write_ranks=(0,))
+    src = SglangSource(server.url, trace_dir, delete_processed=True, **{**FAST, "flush_timeout_s": 0.3})
+    first, missing = src.capture(0.05, 10)  # the server reports two ranks: rank 1's file is late
+    assert first.path is not None and missing.outcome == "timed_out"
+    theirs = trace_dir / "1690000000.25-TP-1.trace.json.gz"
+    shutil.copy(ALEXNET, theirs)
+    ours = trace_dir / first.path.name.replace("-TP-0.", "-TP-1.")
+    shutil.copy(ALEXNET, ours)
+    paths: list[Path | None] = []
+    for _ in range(5):  # a file is handed over once it was seen unchanged twice
+        paths += [w.path for w in src.capture(0.05, 10)]
+        time.sleep(0.05)
+    assert ours in paths and theirs not in paths
+    assert theirs.exists()
 
 
 def test_expected_files_all_present_returns_early(trace_dir: Path, standins: list[StandIn]) -> None:
@@ -600,101 +450,3 @@ def test_labels_from_file_names(tmp_path: Path) -> None:
     assert s._labels_for("rank0.trace.json.gz") == {"process": "rank0"}
     assert not s._is_trace_name("merged-1723.1.trace.json.gz")
     assert not s._is_trace_name("1723.1-TP-0-memory.pickle")
-
-
-# -- is_complete_trace_file --------------------------------------------------------------
-
-
-def test_complete_gzip(tmp_path: Path) -> None:
-    p = tmp_path / "a.pt.trace.json.gz"
-    shutil.copy(ALEXNET, p)
-    assert is_complete_trace_file(p) and is_complete_gzip(p)
-
-
-def test_truncated_gzip(tmp_path: Path) -> None:
-    data = ALEXNET.read_bytes()
-    for cut in (1, 10, len(data) // 2, len(data) - 4, len(data) - 1):
-        p = tmp_path / f"t{cut}.json.gz"
-        p.write_bytes(data[:cut])
-        assert not is_complete_trace_file(p), cut
-
-
-def test_growing_gzip(tmp_path: Path) -> None:
-    p = tmp_path / "growing.pt.trace.json.gz"
-    payload = gzip.decompress(ALEXNET.read_bytes())
-    with open(p, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb") as gz:
-        gz.write(payload[: len(payload) // 2])
-        gz.flush()  # a readable prefix, no trailer yet
-        raw.flush()
-        assert not is_complete_trace_file(p)
-        gz.write(payload[len(payload) // 2 :])
-        gz.flush()
-        raw.flush()
-        assert not is_complete_trace_file(p)
-    assert is_complete_trace_file(p)
-
-
-def test_gzip_edge_cases(tmp_path: Path) -> None:
-    data = ALEXNET.read_bytes()
-    bad_crc = bytearray(data)
-    bad_crc[-6] ^= 0xFF
-    cases = {
-        "bad-crc": (bytes(bad_crc), False),
-        "two-members": (data + gzip.compress(b'{"x": 1}'), True),
-        "zero-padding": (data + b"\0" * 512, True),
-        "garbage-after": (data + b"garbage", False),
-        "half-second-member": (data + gzip.compress(b'{"x": 1}')[:10], False),
-        "not-gzip": (b'{"traceEvents": []}', False),
-        "empty": (b"", False),
-    }
-    for name, (content, expected) in cases.items():
-        p = tmp_path / f"{name}.json.gz"
-        p.write_bytes(content)
-        assert is_complete_gzip(p) is expected, name
-    assert not is_complete_trace_file(tmp_path / "missing.json.gz")
-
-
-def test_large_gzip_streamed(tmp_path: Path) -> None:
-    """Output far larger than the decompressor's per-call limit (4 MiB per call)."""
-    payload = b'{"traceEvents": [' + b'{"ph": "X", "cat": "kernel"},' * 600_000 + b"{}]}"
-    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-    data = comp.compress(payload) + comp.flush()
-    p = tmp_path / "big.json.gz"
-    p.write_bytes(data)
-    assert is_complete_gzip(p)
-    p.write_bytes(data[:-3])
-    assert not is_complete_gzip(p)
-
-
-def test_json_traces(tmp_path: Path) -> None:
-    p = tmp_path / "trace.json"
-    shutil.copy(PLAIN_JSON, p)
-    assert is_complete_trace_file(p)
-    text = PLAIN_JSON.read_bytes()
-    p.write_bytes(text[: len(text) // 2])
-    assert not is_complete_trace_file(p)
-    p.write_bytes(b"")
-    assert not is_complete_trace_file(p)
-    tmp = tmp_path / "trace.json.tmp"
-    shutil.copy(PLAIN_JSON, tmp)
-    assert not is_complete_trace_file(tmp)
-    other = tmp_path / "trace.txt"
-    shutil.copy(PLAIN_JSON, other)
-    assert not is_complete_trace_file(other)
-
-
-def test_settle_tracker(tmp_path: Path) -> None:
-    p = tmp_path / "x.json.gz"
-    data = ALEXNET.read_bytes()
-    p.write_bytes(data[:100])
-    tracker = SettleTracker()
-    assert not tracker.observe(p)  # first sight
-    assert not tracker.observe(p)  # stable but incomplete
-    with open(p, "ab") as f:
-        f.write(data[100:])
-    os.utime(p, ns=(time.time_ns(), time.time_ns() + 1_000_000))
-    assert not tracker.observe(p)  # changed
-    assert tracker.observe(p)  # stable and complete
-    assert tracker.size(p) == len(data)
-    p.unlink()
-    assert not tracker.observe(p)

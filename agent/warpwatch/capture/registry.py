@@ -8,8 +8,10 @@
 - `vllm:URL[,dir=PATH][,token_env=VAR][,expected_files=N]`: a vLLM server's `/start_profile`
   and `/stop_profile` (`servers.VllmSource`); `dir` is its profiler folder as the agent sees it
   (default `trace_dir`);
-- `sglang:URL[,dir=PATH][,server_dir=PATH][,token_env=VAR][,expected_files=N]`: the same for
-  SGLang (`servers.SglangSource`); `server_dir` is the folder as the server sees it.
+- `sglang:URL[,dir=PATH][,server_dir=PATH][,token_env=VAR][,expected_files=N][,profiler_dir_env=1]
+  [,num_steps=N]`: the same for SGLang (`servers.SglangSource`); `server_dir` is the folder as the
+  server sees it; `profiler_dir_env=1` says the server has `SGLANG_TORCH_PROFILER_DIR` (SGLang
+  before 0.4.4 dies without it); `num_steps`: steps per stage of a 0.4.7+ by-stage profile.
 
 Sources with their own modules are imported only when a spec names them.
 """
@@ -94,11 +96,13 @@ def build_source(spec: str, config: Config) -> Source:
             continue
         # Implemented in warpwatch.capture.servers (the servers' own profiling endpoints).
         from .servers import DEFAULT_TOKEN_ENV, SglangSource, VllmSource
+        from .sglang import DEFAULT_NUM_STEPS
 
         url, _, rest = spec[len(prefix):].partition(",")
         if not url:
             raise ConfigError(f"source {spec!r}: {prefix} needs a URL, e.g. {prefix}http://localhost:8000,dir=/traces")
-        allowed = ("dir", "token_env", "expected_files") + (("server_dir",) if prefix == "sglang:" else ())
+        allowed = ("dir", "token_env", "expected_files") + (
+            ("server_dir", "profiler_dir_env", "num_steps") if prefix == "sglang:" else ())
         opts = _options(spec, rest, allowed)
         trace_dir = Path(opts.get("dir") or config.trace_dir)
         token_env = opts.get("token_env") or DEFAULT_TOKEN_ENV
@@ -106,8 +110,13 @@ def build_source(spec: str, config: Config) -> Source:
         if prefix == "vllm:":
             return VllmSource(url, trace_dir, name=spec, delete_processed=config.delete_processed,
                               token_env=token_env, expected_files=expected)
+        env = opts.get("profiler_dir_env", "0").lower()
+        if env not in ("0", "1", "true", "false", "yes", "no"):
+            raise ConfigError(f"source {spec!r}: profiler_dir_env must be 1 or 0, got {opts['profiler_dir_env']!r}")
+        steps = _int_option(spec, opts, "num_steps")
         return SglangSource(url, trace_dir, server_trace_dir=opts.get("server_dir"), name=spec,
                             delete_processed=config.delete_processed, token_env=token_env,
-                            expected_files=expected)
+                            expected_files=expected, profiler_dir_env=env in ("1", "true", "yes"),
+                            num_steps=DEFAULT_NUM_STEPS if steps is None else steps)
     raise ConfigError(f"source {spec!r}: unknown kind of source; use one of {', '.join(PREFIXES)} "
                       f"(e.g. {EXAMPLES})")

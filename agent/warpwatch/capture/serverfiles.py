@@ -1,0 +1,215 @@
+"""The trace-folder half of the vllm/sglang sources: listing the server's trace files, following a
+session's files until they are complete (`serversession.Session`), handing them over as
+windows, and what a window that gave up leaves behind (the late session, see `serversession`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from . import CapturedWindow
+from .files import TEMP_SUFFIXES
+from .serversession import Session
+
+log = logging.getLogger("warpwatch.capture.servers")
+
+
+class SessionFiles:
+    """Mixed into `serverbase.ProfilingServerSource`, which sets the attributes below."""
+
+    name: str
+    trace_dir: Path
+    delete_processed: bool
+    poll_interval_s: float
+    late_timeout_s: float
+    settle_quiet_s: float
+    _closed: threading.Event
+    _late: Session | None
+    _recent: Session | None
+    _files: Counter[str]
+
+    def _is_trace_name(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _is_worker_trace(self, name: str) -> bool:
+        return True
+
+    def _labels_for(self, name: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _enable_hint(self) -> str:
+        raise NotImplementedError
+
+    def _list_traces(self) -> dict[str, Path]:
+        try:
+            with os.scandir(self.trace_dir) as entries:
+                return {
+                    e.name: Path(e.path)
+                    for e in entries
+                    if self._is_trace_name(e.name) and not e.name.endswith(TEMP_SUFFIXES) and e.is_file()
+                }
+        except OSError:
+            return {}
+
+    def _poll(self, session: Session) -> list[CapturedWindow]:
+        """One look at the folder for `session`: windows for its worker files settled now."""
+        workers, others = session.poll(self._list_traces(), self._is_worker_trace)
+        for name, path in others:
+            # The server's front end profiles itself too (vLLM's AsyncLLM: CPU only, no kernels):
+            # not a window, neither failed nor empty; gone like the rest.
+            self._files["cpu_only"] += 1
+            log.debug("%s: %s is the server's CPU-only front-end trace, not read", self.name, name)
+            if self.delete_processed:
+                _DeleteWhenProcessed(self.name, path)(True)
+        kind = "late" if session.given_up else "worker"
+        self._files[kind] += len(workers)
+        return [
+            CapturedWindow(
+                source=self.name,
+                path=path,
+                labels=self._labels_for(name),
+                requested=session.requested,
+                on_done=self._on_done(path),
+            )
+            for name, path in sorted(workers)
+        ]
+
+    def _collect(self, session: Session, deadline: float, budget: float) -> list[CapturedWindow]:
+        out: list[CapturedWindow] = []
+        while True:
+            out.extend(self._poll(session))
+            if session.done() or time.monotonic() >= deadline:
+                break
+            if self._closed.wait(self.poll_interval_s):
+                return out
+        out.sort(key=lambda w: w.path.name if w.path is not None else "")  # rank order, not arrival order
+        if session.done():
+            self._recent = session
+        else:
+            self._give_up(session)
+        out.extend(self._timed_out_windows(session, budget))
+        log.debug("%s: window gave %d trace file(s)", self.name, len(session.handed))
+        return out
+
+    def _late_filter(self, session: Session) -> Callable[[str], bool] | None:
+        """Which names may still be `session`'s once its window is over (None: any new one). A
+        server whose file names carry the session's id narrows it: a person's profile written
+        into the same folder meanwhile is not taken (nor deleted)."""
+        return session.accept
+
+    def _give_up(self, session: Session) -> None:
+        """The window is over, its session is not: it becomes the late session."""
+        session.accept = self._late_filter(session)
+        session.given_up = True
+        session.quiet_s = max(session.quiet_s, self.settle_quiet_s)
+        session.give_up_at = time.monotonic() + self.late_timeout_s
+        self._late = session
+
+    def _sweep_late(self) -> list[CapturedWindow]:
+        """Files of the late session that completed since; its end when done or too old. The last
+        finished session gets one more look: a rank whose file showed after the window took the
+        others as complete (a shared volume that shows files late) is still handed over."""
+        out: list[CapturedWindow] = []
+        if (recent := self._recent) is not None:
+            self._recent = None
+            if self._late is None:
+                recent.accept = self._late_filter(recent)
+                recent.given_up = True  # what comes now comes after its window
+                out = self._poll(recent)
+                if recent.pending:
+                    self._give_up(recent)
+        session = self._late
+        if session is None:
+            return out
+        out.extend(self._poll(session))
+        if session.done():
+            self._late = None
+            if not session.given_up:
+                self._recent = session
+        elif time.monotonic() >= session.give_up_at:
+            for name, path in sorted(session.pending.items()):
+                self._files["abandoned"] += 1
+                action = "deleted" if self.delete_processed else "left in place"
+                log.warning(
+                    "%s: trace file %s still incomplete %.0f s after its window timed out; given up (%s)",
+                    self.name, name, self.late_timeout_s, action,
+                )
+                if self.delete_processed:
+                    _DeleteWhenProcessed(self.name, path)(True)
+            self._late = None
+        return out
+
+    def _timed_out_windows(self, session: Session, budget: float) -> list[CapturedWindow]:
+        out: list[CapturedWindow] = []
+        requested = session.requested
+        for name in sorted(session.pending):
+            if not self._is_worker_trace(name):
+                continue
+            size = session.tracker.size(session.pending[name])
+            out.append(self._timed_out(
+                f"trace file {name} still incomplete ({size if size is not None else '?'} bytes, "
+                f"not a complete gzip/JSON file) {budget:g} s after stop_profile; "
+                "raise flush_timeout_s (and the service's time-out) if flushing is this slow",
+                self._labels_for(name), requested,
+            ))
+        names = [*session.handed, *(n for n in session.pending if self._is_worker_trace(n))]
+        found = len(names)
+        want = session.want
+        if want is not None and found < want:
+            ranks = [r for r in (self._labels_for(n).get("rank") for n in names) if r is not None]
+            if len(ranks) == found and all(r.isdigit() for r in ranks):
+                missing = sorted(set(range(want)) - {int(r) for r in ranks})[: want - found]
+                for rank in missing:
+                    out.append(self._timed_out(
+                        f"no trace file for rank {rank} in {self.trace_dir} {budget:g} s after stop_profile "
+                        f"(expected {want} files, found {found})",
+                        {"rank": str(rank)}, requested,
+                    ))
+            else:
+                for _ in range(want - found):
+                    out.append(self._timed_out(
+                        f"expected {want} trace files in {self.trace_dir}, found {found} "
+                        f"{budget:g} s after stop_profile",
+                        {}, requested,
+                    ))
+        elif found == 0:
+            out.append(self._timed_out(
+                f"no new trace file in {self.trace_dir} {budget:g} s after stop_profile; check that this "
+                f"is the server's trace folder as the agent sees it. {self._enable_hint()}",
+                {}, requested,
+            ))
+        for w in out:
+            log.warning("%s: %s", self.name, w.error)
+        return out
+
+    def _timed_out(
+        self, error: str, labels: dict[str, str], requested: tuple[float, float] | None
+    ) -> CapturedWindow:
+        return CapturedWindow(
+            source=self.name, path=None, labels=labels, requested=requested, error=error, outcome="timed_out"
+        )
+
+    def _on_done(self, path: Path) -> _DeleteWhenProcessed | None:
+        return _DeleteWhenProcessed(self.name, path) if self.delete_processed else None
+
+
+class _DeleteWhenProcessed:
+    def __init__(self, source: str, path: Path) -> None:
+        self.source = source
+        self.path = path
+
+    def __call__(self, processed: bool) -> None:
+        if not processed:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning(
+                "%s: cannot delete processed trace %s: %s", self.source, self.path, exc.strerror or exc
+            )

@@ -1,0 +1,80 @@
+"""vLLM's profiler endpoints as a source of windows (`--source vllm:URL,dir=PATH`).
+
+Versions followed (upstream files read for each; see tests/engines/vllm_server.py, which
+replays them):
+
+- before v0.13: `vllm/entrypoints/openai/api_server.py` registers `POST /start_profile` and
+  `/stop_profile` only when `VLLM_TORCH_PROFILER_DIR` is set; v0.13-v0.16:
+  `vllm/entrypoints/serve/profile/api_router.py`, enabled by `--profiler-config
+  '{"profiler": "torch", "torch_profiler_dir": DIR}'`. Without either, FastAPI's 404. Both
+  routes take no body and answer 200 with an empty body once every worker has written its
+  trace. Workers write `tensorboard_trace_handler` files `{worker}.{time_ns}.pt.trace.json.gz`
+  (`.pt.trace.json` when `torch_profiler_use_gzip` is off), `worker` being
+  `{instance_id}-rank-{rank}` (V1 workers) or the handler's default `{host}_{pid}` (V0).
+- v0.17+: `worker` is `[{prefix}_]dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{r}`
+  (`vllm/distributed/utils.py: get_worker_rank_suffix`; `rank{r}` alone before the parallel
+  state exists).
+- AsyncLLM (the API-server process, V1 engine) profiles itself as well, CPU only:
+  `{host}_{pid}.async_llm.{time_ns}.pt.trace.json.gz` (`vllm/v1/engine/async_llm.py`). It has no
+  GPU kernels: not a window (counted `cpu_only`), deleted with the rest.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .serverbase import ProfilingServerSource
+
+__all__ = ["VllmSource"]
+
+_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+_WORKER = re.compile(r"^(?P<worker>.+?)\.(?P<ts>\d+)$")
+_V1_RANK = re.compile(r"-rank-(?P<rank>\d+)$")
+_V17_RANKS = re.compile(
+    r"(?:^|_)dp(?P<dp>\d+)_pp(?P<pp>\d+)_tp(?P<tp>\d+)_dcp(?P<dcp>\d+)_ep(?P<ep>\d+)(?:_rank(?P<rank>\d+))?$"
+)
+_BARE_RANK = re.compile(r"(?:^|_)rank(?P<rank>\d+)$")
+_FRONT_END = ".async_llm"
+
+
+def _worker(name: str) -> str:
+    stem = next((name[: -len(s)] for s in _SUFFIXES if name.endswith(s)), name)
+    m = _WORKER.match(stem)
+    return m.group("worker") if m else stem
+
+
+class VllmSource(ProfilingServerSource):
+    """Windows from a vLLM server's `POST /start_profile` and `POST /stop_profile`.
+
+    `trace_dir` is the server's profiler folder as the agent sees it (`torch_profiler_dir` of
+    `--profiler-config`, or `VLLM_TORCH_PROFILER_DIR` before v0.13). Labels: `{"rank": N}` from
+    `{instance_id}-rank-{N}` worker names; from v0.17 names also `dp_rank`, `pp_rank`, `tp_rank`,
+    `dcp_rank`, `ep_rank`; else `{"process": worker}` (`{host}_{pid}`; the time stamp is left
+    out so that the label's values stay bounded). See `serverbase` for the window and the
+    other parameters.
+    """
+
+    kind = "vllm"
+
+    def _is_trace_name(self, name: str) -> bool:
+        return name.endswith(_SUFFIXES)
+
+    def _is_worker_trace(self, name: str) -> bool:
+        return not _worker(name).endswith(_FRONT_END)
+
+    def _labels_for(self, name: str) -> dict[str, str]:
+        worker = _worker(name)
+        if m := _V17_RANKS.search(worker):
+            labels = {f"{k}_rank": v for k, v in m.groupdict().items() if k != "rank" and v is not None}
+            if m.group("rank") is not None:
+                labels["rank"] = m.group("rank")
+            return labels
+        r = _V1_RANK.search(worker) or _BARE_RANK.search(worker)
+        return {"rank": r.group("rank")} if r else {"process": worker}
+
+    def _enable_hint(self) -> str:
+        return (
+            "Start vLLM (v0.13+) with --profiler-config "
+            f'\'{{"profiler": "torch", "torch_profiler_dir": "{self.trace_dir}"}}\', '
+            f"or older vLLM with VLLM_TORCH_PROFILER_DIR={self.trace_dir}."
+        )
