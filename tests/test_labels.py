@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HTA, SHARED_TRACES
-from warpwatch.cppnames import demangle
+from warpwatch.cppdemangle import demangle
 from warpwatch.labels import (
     MAX_LABEL_LENGTH,
     KernelNamer,

@@ -1,124 +1,31 @@
-"""C++ kernel names: demangling and a lenient parser of demangled signatures (for `labels`).
+"""C++ kernel names: a lenient parser of demangled signatures (for `labels`).
 
-`demangle` turns an Itanium-mangled name (`_Z...`) into text with `itanium-demangler`, a pure
-Python demangler, so the result is the same on every machine (it does not depend on the host's
-libstdc++ as `__cxa_demangle` would). Mangled names can expand exponentially (back-references),
-so a name longer than `MAX_MANGLED`, or one whose demangled text would exceed `MAX_DEMANGLED`, is
-not demangled. Literals are written as CUPTI and c++filt write them (`2`, `5u`, `true`).
-
-`Parser` reads any text: qualified names (`a::b<...>::c(...)`), template arguments, parameter lists
-and lambdas (`{lambda(float)#1}`) become a tree; whatever else is kept as text. It never fails, is
-linear in the text's length, and keeps nesting deeper than `MAX_DEPTH` as text. `render_qname`
-writes a tree back, whole or shortened (`Style`).
+`Parser` reads any text: qualified names (`a::b<...>::c(...)`, identifiers in any script),
+template arguments, parameter lists and lambdas (`{lambda(float)#1}`) become a tree; whatever else
+is kept as text. It never fails, is linear in the text's length, and keeps nesting deeper than
+`MAX_DEPTH` as text. `render_qname` writes a tree back, whole or shortened (`Style`). Demangling
+is `cppdemangle`'s.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
 
-MAX_MANGLED = 4096
-"""Longer mangled names are not demangled (the demangler's time grows faster than linearly)."""
-MAX_DEMANGLED = 64 * 1024
-"""Mangled names whose demangled text would be longer than this are not demangled."""
 MAX_DEPTH = 40
 """Template or parameter nesting deeper than this is kept as text."""
 ELLIPSIS = "…"
 
 _SPACES = re.compile(r"\s+")
-_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$.]*")
-_DIGITS = re.compile(r"\d+")
-_ANON = "(anonymous namespace)"
+_IDENT_START = r"(?:[^\W\d]|\$)"
+"""A letter of any script, `_` or `$`: C++ identifiers may be Unicode (GCC and Clang write them in UTF-8)."""
+_IDENT_AT = re.compile(_IDENT_START)
+_IDENT_REST = re.compile(r"[\w$.]*")
+_IDENT = re.compile(_IDENT_START + _IDENT_REST.pattern)
+ANONYMOUS = "(anonymous namespace)"
 _QUALIFIERS = (" const", " volatile", " &&", " &")
 _CLOSE = {"<": ">", "(": ")", "[": "]", "{": "}"}
-_LITERAL_CAST = re.compile(r"\((bool|int|unsigned int|long|unsigned long|long long|unsigned long long|char)\)(-?\d+)")
-_LITERAL_SUFFIX = {"int": "", "unsigned int": "u", "long": "l", "unsigned long": "ul",
-                   "long long": "ll", "unsigned long long": "ull"}
-
-
-# --- Demangling
-
-
-def demangle(name: str) -> str | None:
-    """The demangled text of an Itanium-mangled name, or None (not mangled, invalid, too large)."""
-    if not name.startswith("_Z") or len(name) > MAX_MANGLED:
-        return None
-    import itanium_demangler as dm
-
-    try:
-        # The public `parse` first expands argument packs over the whole tree, which takes time
-        # exponential in the back-references; the bare parse shares them, so its size is measured
-        # first (as a tree, in time linear in the shared graph), and only a bounded one expanded.
-        ast = dm._parse_mangled_name(dm._Cursor(name))
-        if ast is None or _tree_size(ast, {}) > MAX_DEMANGLED:
-            return None
-        text = str(dm._expand_arg_packs(ast))
-    except (RecursionError, ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError):
-        return None
-    if len(text) > MAX_DEMANGLED:
-        return None
-    return _LITERAL_CAST.sub(_literal, text)
-
-
-def _literal(m: re.Match[str]) -> str:
-    """`(int)2` -> `2`, `(bool)1` -> `true`: literals as CUPTI and c++filt print them."""
-    kind, value = m.group(1), m.group(2)
-    if kind == "bool":
-        return {"0": "false", "1": "true"}.get(value, m.group(0))
-    if kind == "char":
-        return m.group(0)
-    return value + _LITERAL_SUFFIX[kind]
-
-
-def _tree_size(node: Any, memo: dict[int, int]) -> int:
-    """Characters (roughly) of the demangled text of a parsed name, shared parts counted each time."""
-    key = id(node)
-    size = memo.get(key)
-    if size is not None:
-        return size
-    if isinstance(node, str):
-        size = len(node)
-    elif isinstance(node, (tuple, list, frozenset)):
-        size = 2 * len(node)
-        for child in node:
-            size += _tree_size(child, memo)
-            if size > MAX_DEMANGLED:
-                break
-    else:
-        size = 2
-    memo[key] = size
-    return size
-
-
-def mangled_prefix(name: str) -> str | None:
-    """The leading qualified name of a mangled symbol (`_ZN19cutlass_cudnn_train6KernelI...` ->
-    `cutlass_cudnn_train::Kernel`), for names that are not demangled."""
-    if not name.startswith("_Z"):
-        return None
-    i = 2
-    nested = name.startswith("N", i)
-    if nested:
-        i += 1
-    parts: list[str] = []
-    while i < len(name):
-        if name.startswith("St", i):  # std:: abbreviation
-            parts.append("std")
-            i += 2
-            continue
-        m = _DIGITS.match(name, i)
-        if m is None:
-            break
-        length = int(m.group())
-        start = m.end()
-        ident = name[start:start + length]
-        if len(ident) < length or not ident:
-            break
-        parts.append(ident)
-        i = start + length
-        if not nested:
-            break
-    return "::".join(parts) or None
 
 
 # --- Parsing a C++ signature (leniently: any text parses, unknown parts stay text)
@@ -177,7 +84,9 @@ class Parser:
             c = s[i]
             if c in stops:
                 break
-            if c.isalpha() or c in "_$" or c == "{" or s.startswith(_ANON, i):
+            # The same test as `qname`'s first component, so that `qname` always moves on (a letter
+            # that `qname` did not take looped here forever, growing `parts` until out of memory).
+            if c == "{" or s.startswith(ANONYMOUS, i) or _IDENT_AT.match(c):
                 if depth >= MAX_DEPTH:
                     j = self.balanced(i) if c == "{" else i + 1
                     raw.append(s[i:j])
@@ -204,9 +113,9 @@ class Parser:
         s, n = self.s, self.n
         q = QName(start=i)
         while i < n:
-            if s.startswith(_ANON, i):
-                name = _ANON
-                i += len(_ANON)
+            if s.startswith(ANONYMOUS, i):
+                name = ANONYMOUS
+                i += len(ANONYMOUS)
             elif s[i] == "{":
                 j = self.balanced(i)
                 name = s[i:j]
@@ -215,11 +124,11 @@ class Parser:
                 name = "operator()"
                 i += len(name)
             else:
-                m = _IDENT.match(s, i)
-                if m is None:
+                end = _ident_end(s, i)
+                if end == i:
                     break
-                name = m.group()
-                i = m.end()
+                name = s[i:end]
+                i = end
             seg = Seg(name)
             if i < n and s[i] == "<" and name != "operator":
                 seg.args, i = self.list(i, ">", depth)
@@ -249,6 +158,21 @@ class Parser:
             if self.s[i] == close:
                 return args, i + 1
             i += 1  # a comma
+
+
+def _ident_end(s: str, i: int) -> int:
+    """Index after the identifier at `i` (`i` when none starts there). Combining marks continue an
+    identifier (`é` written as `e` + U+0301), as Unicode's XID_Continue has them."""
+    m = _IDENT.match(s, i)
+    if m is None:
+        return i
+    j = m.end()
+    while j < len(s) and s[j] >= "\x80" and unicodedata.category(s[j]).startswith("M"):
+        j += 1
+        m = _IDENT_REST.match(s, j)
+        if m is not None:
+            j = m.end()
+    return j
 
 
 # --- Rendering

@@ -6,9 +6,10 @@ kernel gets the same label in every pod, process and restart, whatever else was 
 
 1. `clean`: control characters (C0, C1), zero-width and bidirectional formatting characters and
    lone surrogates are removed; runs of white space become one space.
-2. Demangle: an Itanium-mangled name (`_Z...`) is demangled (`cppnames.demangle`: pure Python, the
-   same on every machine); one that is too large to demangle safely keeps only its leading
-   qualified name, read directly, and the label carries the hash.
+2. Demangle: an Itanium-mangled name (`_Z...`) is demangled (`cppdemangle.demangle`: pure Python, the
+   same on every machine); one that is not (too large to demangle safely, or a form the demangler
+   does not read, such as the local lambdas of torch's `normal_` kernels) keeps only its leading
+   qualified name, read directly (`cppdemangle.mangled_prefix`), and the label carries the hash.
 3. The *core* of a C++ signature is the kernel's qualified name with its template arguments:
    the return type (`void`, `std::enable_if<...>::type`) and the parameter list are left out.
    A name that is no signature (Triton, cuBLAS/cuDNN SASS kernels, Tensile) is its own core.
@@ -46,7 +47,8 @@ import re
 from collections import OrderedDict
 from dataclasses import replace
 
-from .cppnames import ELLIPSIS, Style, demangle, mangled_prefix, params_length, render_qname, signature, slots, squash
+from .cppdemangle import demangle, mangled_prefix
+from .cppnames import ELLIPSIS, Style, params_length, render_qname, signature, slots, squash
 
 MAX_LABEL_LENGTH = 128
 HASH_DIGITS = 8
@@ -150,17 +152,28 @@ def kernel_label(raw: str) -> str:
             break
         label = render_qname(kernel, style, 0, inner=False, params=not is_signature)
     if len(label) > room:
-        # Elide template arguments one at a time, the most deeply nested first and, among equals,
-        # the last first: the kernel's name and its leading arguments stay readable longest.
+        # Elide template arguments, the most deeply nested first and, among equals, the last first
+        # (the kernel's name and its leading arguments stay readable longest): the fewest that make
+        # the label fit, found by bisection, since each rendering costs the name's length (one more
+        # at a time took 27 s for a 60 KB name).
         style = _SHORTER[-1]
-        order = sorted(slots(kernel, style), key=lambda slot: (-slot[0], -slot[1]))
-        elided: set[int] = set()
-        for _depth, _order, key in order[:MAX_ELISIONS]:
-            elided.add(key)
-            label = render_qname(kernel, replace(style, elided=frozenset(elided)), 0, inner=False,
-                                  params=not is_signature)
-            if len(label) <= room:
-                break
+        order = [key for _depth, _order, key in sorted(slots(kernel, style), key=lambda slot: (-slot[0], -slot[1]))]
+
+        def elide(count: int) -> str:
+            return render_qname(kernel, replace(style, elided=frozenset(order[:count])), 0, inner=False,
+                                params=not is_signature)
+
+        count = min(len(order), MAX_ELISIONS)
+        if count:
+            label = elide(count)
+            low = 1
+            while low < count and len(label) <= room:  # `label` is elide(count), and it fits
+                middle = (low + count) // 2
+                shorter = elide(middle)
+                if len(shorter) <= room:
+                    count, label = middle, shorter
+                else:
+                    low = middle + 1
     return with_hash(label, raw)
 
 
