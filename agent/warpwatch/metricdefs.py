@@ -94,7 +94,7 @@ WINDOWS = MetricDef(
     "Capture windows by outcome (ok, empty, failed, timed_out).", ("outcome",))
 ERRORS = MetricDef(
     "warpwatch_errors", "counter",
-    "Faults the agent survived, by stage (capture, read, analysis, nvml, clock, round) and reason "
+    "Faults the agent survived, by stage (capture, read, analysis, nvml, clock, round, export) and reason "
     "(a fixed set per stage); every failed or timed-out window adds one.", ("stage", "reason"))
 WINDOW_PROCESSING = MetricDef(
     "warpwatch_window_processing_seconds", "histogram",
@@ -217,7 +217,8 @@ HTTP_CONNECTIONS = MetricDef(
 HTTP_REJECTED = MetricDef(
     "warpwatch_http_rejected", "counter",
     "Connections and requests the metrics port refused or closed early, by reason (too_many_connections, "
-    "evicted, header_timeout, headers_too_large, auth_busy, slow_reader, client_gone, tls_failed).",
+    "evicted, header_timeout, headers_too_large, auth_busy, slow_reader, client_gone, tls_failed, "
+    "accept_failed, bad_request).",
     ("reason",))
 DAEMON_CLIENTS = MetricDef(
     "warpwatch_daemon_clients", "gauge",
@@ -227,11 +228,34 @@ DAEMON_CLIENTS_SEEN = MetricDef(
     "Kineto clients that registered with a kineto-daemon source (new sender addresses).", ("source",))
 DAEMON_DATAGRAMS_DROPPED = MetricDef(
     "warpwatch_daemon_datagrams_dropped", "counter",
-    "Datagrams a kineto-daemon source dropped, by reason (malformed: not a well-formed Kineto message; "
-    "too_many_clients: a new sender beyond the client bound).", ("source", "reason"))
+    "Datagrams a kineto-daemon source dropped unanswered, by reason (malformed: not a well-formed "
+    "Kineto message).", ("source", "reason"))
+DAEMON_REPLIES_DROPPED = MetricDef(
+    "warpwatch_daemon_replies_dropped", "counter",
+    "Replies a kineto-daemon source did not send, by reason (stale: the request was older than the client "
+    "waits, a late reply would put it one poll behind for good; send_failed: the client's queue or the "
+    "socket's send buffer was full, or the client was gone; unsafe_address: the client spells "
+    "KINETO_IPC_SOCKET_DIR differently and its Kineto would abort on a reply).", ("source", "reason"))
+DAEMON_CLIENTS_EVICTED = MetricDef(
+    "warpwatch_daemon_clients_evicted", "counter",
+    "Kineto clients a kineto-daemon source dropped from its registry, by reason (registry_full: to make "
+    "room for a new sender; undeliverable: replies to it kept failing).", ("source", "reason"))
+SERVER_WINDOWS_SKIPPED = MetricDef(
+    "warpwatch_server_windows_skipped", "counter",
+    "Windows a vllm/sglang source did not open, by reason (unsafe_request: the server's version cannot be "
+    "profiled without risk to it; profile_in_use: someone else's profile is running; previous_flush_pending: "
+    "the last window's traces are still being written; session_pending: a step-bounded profile is still "
+    "waiting for requests).", ("source", "reason"))
+SERVER_TRACE_FILES = MetricDef(
+    "warpwatch_server_trace_files", "counter",
+    "Trace files a vllm/sglang source found, by kind (worker: handed over in its window; late: handed over "
+    "after its window timed out; cpu_only: the server front end's CPU trace, deleted unread; abandoned: "
+    "never completed, given up).", ("source", "kind"))
 
 AGENT: tuple[MetricDef, ...] = (
     HTTP_CONNECTIONS, HTTP_REJECTED, DAEMON_CLIENTS, DAEMON_CLIENTS_SEEN, DAEMON_DATAGRAMS_DROPPED,
+    DAEMON_REPLIES_DROPPED, DAEMON_CLIENTS_EVICTED,
+    SERVER_WINDOWS_SKIPPED, SERVER_TRACE_FILES,
 )
 
 

@@ -2,7 +2,8 @@
 
 `AgentCollector` reads counters that the HTTP server and the sources keep themselves (plain
 integers, read without locking: a scrape may see a count one behind). A source reports by
-having a `stats()` method returning `SourceStats`; the Kineto daemon source does.
+having a `stats()` method returning `SourceStats` (the Kineto daemon source) or a `server_stats()`
+method returning `capture.serverbase.ServerStats` (the vllm and sglang sources).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from . import metricdefs as md
 from .capture import SourceStats
+from .capture.serverbase import FILE_KINDS, SKIP_REASONS, ServerStats
 
 
 class _HttpCounts(Protocol):
@@ -39,6 +41,7 @@ class AgentCollector:
             for reason, count in sorted(dict(self.http.rejected).items()):
                 rejected.add_metric([reason], count)
             yield rejected
+        yield from self._server_metrics()
         stats = [(src.name, src.stats()) for src in self.sources if callable(getattr(src, "stats", None))]
         stats = [(name, s) for name, s in stats if isinstance(s, SourceStats)]
         if not stats:
@@ -48,11 +51,37 @@ class AgentCollector:
                                    labels=md.DAEMON_CLIENTS_SEEN.labels)
         dropped = CounterMetricFamily(md.DAEMON_DATAGRAMS_DROPPED.name, md.DAEMON_DATAGRAMS_DROPPED.help,
                                       labels=md.DAEMON_DATAGRAMS_DROPPED.labels)
+        replies = CounterMetricFamily(md.DAEMON_REPLIES_DROPPED.name, md.DAEMON_REPLIES_DROPPED.help,
+                                      labels=md.DAEMON_REPLIES_DROPPED.labels)
+        evicted = CounterMetricFamily(md.DAEMON_CLIENTS_EVICTED.name, md.DAEMON_CLIENTS_EVICTED.help,
+                                      labels=md.DAEMON_CLIENTS_EVICTED.labels)
         for name, s in stats:
             clients.add_metric([name], s.clients)
             seen.add_metric([name], s.clients_seen)
-            for reason, count in sorted(s.dropped.items()):
-                dropped.add_metric([name, reason], count)
+            for family, counts in ((dropped, s.dropped), (replies, s.replies_dropped), (evicted, s.evicted)):
+                for reason, count in sorted(counts.items()):
+                    family.add_metric([name, reason], count)
         yield clients
         yield seen
         yield dropped
+        yield replies
+        yield evicted
+
+    def _server_metrics(self) -> Iterator[Metric]:
+        """vllm/sglang sources: windows skipped by reason, trace files by kind (every known value)."""
+        servers = [(src.name, src.server_stats()) for src in self.sources
+                   if callable(getattr(src, "server_stats", None))]
+        servers = [(name, s) for name, s in servers if isinstance(s, ServerStats)]
+        if not servers:
+            return
+        skipped = CounterMetricFamily(md.SERVER_WINDOWS_SKIPPED.name, md.SERVER_WINDOWS_SKIPPED.help,
+                                      labels=md.SERVER_WINDOWS_SKIPPED.labels)
+        files = CounterMetricFamily(md.SERVER_TRACE_FILES.name, md.SERVER_TRACE_FILES.help,
+                                    labels=md.SERVER_TRACE_FILES.labels)
+        for name, s in servers:
+            for reason in SKIP_REASONS:
+                skipped.add_metric([name, reason], s.skipped.get(reason, 0))
+            for kind in FILE_KINDS:
+                files.add_metric([name, kind], s.files.get(kind, 0))
+        yield skipped
+        yield files

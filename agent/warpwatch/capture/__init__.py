@@ -53,7 +53,11 @@ class SourceStats:
     clients: int
     clients_seen: int
     dropped: dict[str, int] = field(default_factory=dict)
-    """Datagrams dropped by reason (malformed, too_many_clients)."""
+    """Datagrams dropped unanswered by reason (malformed)."""
+    replies_dropped: dict[str, int] = field(default_factory=dict)
+    """Replies not sent by reason (stale, send_failed, unsafe_address)."""
+    evicted: dict[str, int] = field(default_factory=dict)
+    """Clients dropped from the registry by reason (registry_full, undeliverable)."""
 
 
 def capture_overhead_s(source: object) -> float:
