@@ -41,6 +41,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive_window": ("on", True),
     "jitter": ("3s", 3.0),
     "top_kernels": ("7", 7),
+    "max_gpus": ("16", 16),
     "log_level": ("debug", "debug"),
     "log_format": ("json", "json"),
     "allow_high_duty": ("true", True),

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .seriesbound import MAX_GPUS
 
 ENV_PREFIX = "WARPWATCH_"
 CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
@@ -97,6 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("jitter", "duration", None, "random delay added to each window's start, spreads agents apart",
             default_text="min(5s, period/10)"),
     Setting("top_kernels", "int", 50, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
+    Setting("max_gpus", "int", MAX_GPUS,
+            "GPUs exported at once (traces may name any device id); beyond, a new GPU takes the place of "
+            "the least recently updated one, or is left out and counted in warpwatch_errors_total"),
     Setting("log_level", "choice", "info", "log level", choices=("debug", "info", "warning", "error")),
     Setting("log_format", "choice", "text", "log line format: key=value text or JSON",
             choices=("text", "json")),
@@ -136,6 +140,7 @@ class Config:
     adaptive_window: bool = False
     jitter: float = 5.0
     top_kernels: int = 50
+    max_gpus: int = MAX_GPUS
     log_level: str = "info"
     log_format: str = "text"
     allow_high_duty: bool = False
@@ -400,6 +405,8 @@ def validate(config: Config) -> None:
         raise ConfigError(f"port: must be between 0 and 65535 (got {config.port})")
     if not 1 <= config.top_kernels <= 10_000:
         raise ConfigError(f"top_kernels: must be between 1 and 10000 (got {config.top_kernels})")
+    if not 1 <= config.max_gpus <= 100_000:
+        raise ConfigError(f"max_gpus: must be between 1 and 100000 (got {config.max_gpus})")
     for name in ("retention_files", "retention_bytes"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name}: must not be negative (0 means no bound; got {getattr(config, name)})")

@@ -88,6 +88,7 @@ FAULTS: tuple[tuple[str, str], ...] = (
     ("clock", "jump"),  # the wall clock stepped by more than a second against the monotonic clock
     ("round", "overrun"),  # a scheduled round skipped: the previous one was still running
     ("round", "unexpected"),  # a round raised (a bug)
+    ("export", "too_many_gpus"),  # a GPU of a round left out of /metrics, or removed, beyond max_gpus
 )
 """(stage, reason) of `warpwatch_errors_total`: public API, like metric names."""
 Fault = tuple[str, str]

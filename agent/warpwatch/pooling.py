@@ -123,8 +123,16 @@ class GpuRound:
     """Sorted by GPU time, descending."""
 
 
-def _gpus_of(analysis: WindowAnalysis) -> set[int]:
-    return {d.device for d in analysis.devices} | {k.device for k in analysis.kernels}
+def _by_gpu(analysis: WindowAnalysis) -> tuple[
+        WindowAnalysis, dict[int, list[DeviceStats]], dict[int, list[KernelStats]]]:
+    """A window with its devices and its kernels grouped by GPU (each in the window's order)."""
+    devices: dict[int, list[DeviceStats]] = defaultdict(list)
+    kernels: dict[int, list[KernelStats]] = defaultdict(list)
+    for d in analysis.devices:
+        devices[d.device].append(d)
+    for k in analysis.kernels:
+        kernels[k.device].append(k)
+    return analysis, devices, kernels
 
 
 def _pool_process(windows: Sequence[WindowAnalysis]) -> dict[int, GpuRound]:
@@ -132,19 +140,21 @@ def _pool_process(windows: Sequence[WindowAnalysis]) -> dict[int, GpuRound]:
     windows that saw that GPU (so that files of several unnamed processes, one GPU each, are
     not diluted by each other)."""
     out: dict[int, GpuRound] = {}
-    for gpu in sorted(set().union(*(_gpus_of(w) for w in windows))):
-        covering = [w for w in windows if gpu in _gpus_of(w)]
-        durations = [max(w.window.duration, 0.0) for w in covering]
+    # Each window's devices and kernels by GPU, once: a trace may name thousands of GPU ids, and
+    # scanning every window's lists per GPU was quadratic in them (100,000 ids: hours).
+    by_gpu = [_by_gpu(w) for w in windows]
+    for gpu in sorted(set().union(*(devices.keys() | kernels.keys() for _, devices, kernels in by_gpu))):
+        covering = [(w, ds, ks) for w, ds, ks in by_gpu if gpu in ds or gpu in ks]
+        durations = [max(w.window.duration, 0.0) for w, _, _ in covering]
         total = sum(durations)
         share = [d / total if total > 0 else 1.0 / len(covering) for d in durations]
         factors = [1.0] if len(covering) == 1 else share  # one window: exported exactly as analysed
         devs: list[tuple[DeviceStats, float]] = []
         kers: dict[str, list[tuple[KernelStats, float]]] = defaultdict(list)
-        for analysis, factor in zip(covering, factors, strict=True):
-            devs.extend((d, factor) for d in analysis.devices if d.device == gpu)
-            for k in analysis.kernels:
-                if k.device == gpu:
-                    kers[k.name].append((k, factor))
+        for (_, ds, ks), factor in zip(covering, factors, strict=True):
+            devs.extend((d, factor) for d in ds.get(gpu, ()))
+            for k in ks.get(gpu, ()):
+                kers[k.name].append((k, factor))
         kernels = [combine_kernels(parts, device=gpu, name=name) for name, parts in kers.items()]
         if devs:
             device = combine_devices(devs, device=gpu)

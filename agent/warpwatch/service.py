@@ -30,13 +30,14 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
@@ -58,7 +59,7 @@ from .membudget import MemoryBudget
 from .model import DeviceProperties, Fault, Outcome
 from .nvml import Nvml, NvmlReading
 from .selfmetrics import AgentCollector
-from .serving import Endpoints, HttpServer, describe_limits
+from .serving import Endpoints, HttpServer, Limits, describe_limits, http_limits, raise_nofile
 from .ticker import CLOCK_JUMP_S, Ticker
 from .trace import load_gpu_properties, read_trace
 from .webconfig import WebConfig, load_web_config
@@ -82,6 +83,14 @@ _NUMBERS = re.compile(r"\d+")
 def _repeat_key(*parts: str) -> tuple[str, ...]:
     """Errors that differ only in numbers (pids, window ids, sizes) repeat each other."""
     return tuple(_NUMBERS.sub("#", p) for p in parts)
+
+
+def _first(items: Iterable[str], n: int = 16) -> str:
+    """At most `n` items, comma-separated, then how many more: a trace may name 100,000 GPUs."""
+    it = iter(items)
+    shown = list(itertools.islice(it, n + 1))
+    more = sum(1 for _ in it) + 1 if len(shown) > n else 0
+    return ",".join(shown[:n]) + (f",+{more} more" if more else "")
 
 
 def process_identity(cw: CapturedWindow, rank: int | None) -> str:
@@ -122,7 +131,8 @@ class Service:
         GCCollector(registry=self.self_registry)
         self._rendered: dict[str, tuple[Snapshot, bytes]] = {}
         self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty,
-                                       capture_period=config.period, capture_window=config.window)
+                                       capture_period=config.period, capture_window=config.window,
+                                       max_gpus=config.max_gpus)
         self.planner = (WindowPlanner(config.window, config.period, max(MAX_DUTY, config.duty))
                         if config.adaptive_window else None)
         """--adaptive-window: each round's window (windowplan)."""
@@ -162,6 +172,7 @@ class Service:
         c = self.config
         event(log, "starting", version=__version__, compiled=native.describe(), **describe(c))
         event(log, "memory_budget", **self.memory.describe(c.max_trace_bytes))
+        raise_nofile()  # before anything holds descriptors; the HTTP server is sized from the result
         if c.web_config is not None:
             self.web = load_web_config(c.web_config)
         if c.gpu_properties is not None:
@@ -194,7 +205,7 @@ class Service:
     def _start_http(self) -> None:
         c = self.config
         endpoints = Endpoints(self.render, self.readiness, self.web)
-        server = HttpServer(endpoints, c.address, c.port, web=self.web)
+        server = HttpServer(endpoints, c.address, c.port, web=self.web, limits=http_limits(Limits()))
         self.self_registry.register(AgentCollector(http=server, sources=self.sources))
         server.start()
         self._server = server
@@ -457,7 +468,7 @@ class Service:
         outcome = "ok" if analysis.launch_count > 0 else "empty"
         event(log, "window", source=cw.source, file=cw.path.name, outcome=outcome, seconds=round(seconds, 4),
               launches=analysis.launch_count, kernels=len(analysis.kernels),
-              gpus=",".join(str(d.device) for d in analysis.devices) or "none",
+              gpus=_first(str(d.device) for d in analysis.devices) or "none",
               window_ms=round(analysis.window.duration / 1000.0, 3), bounds=analysis.window.bounds,
               rank=analysis.rank)
         cw.done(True)

@@ -1,7 +1,11 @@
-"""HTTP serving of /metrics, /healthz and /readyz: `server` (connections, limits, TLS), `endpoints`
-(what each path answers), `auth` (the basic-auth queue)."""
+"""HTTP serving of /metrics, /healthz and /readyz: `server` (accept, bounds, TLS), `connection` (one
+connection's limits and deadlines), `endpoints` (what each path answers), `auth` (the basic-auth
+queue), `fds` (the descriptor limit and what it allows), `aiohttplog` (aiohttp's reports as one line)."""
 
+from .connection import Limits, describe_limits
 from .endpoints import Endpoints, accepts_gzip
-from .server import REJECT_REASONS, HttpServer, Limits, describe_limits
+from .fds import http_limits, raise_nofile
+from .server import REJECT_REASONS, HttpServer
 
-__all__ = ["REJECT_REASONS", "Endpoints", "HttpServer", "Limits", "accepts_gzip", "describe_limits"]
+__all__ = ["REJECT_REASONS", "Endpoints", "HttpServer", "Limits", "accepts_gzip", "describe_limits", "http_limits",
+           "raise_nofile"]

@@ -36,19 +36,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
-import ssl
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from ..errors import WarpwatchError
 from ..logs import RepeatFilter, limited_event
-from ..webconfig import WebConfig, _ContextHolder, _san_allowed
+from ..webconfig import WebConfig, _ContextHolder
+from .aiohttplog import AiohttpLog
+from .connection import Connection, Limits, _reason
 from .endpoints import Endpoints
 
 log = logging.getLogger("warpwatch.http")
@@ -62,154 +63,17 @@ REJECT_REASONS: tuple[str, ...] = (
     "slow_reader",  # the client did not read its response within write_timeout_s
     "client_gone",  # the client closed before its response was sent
     "tls_failed",  # TLS handshake failed, plain HTTP on the TLS port, or a client SAN not allowed
+    "accept_failed",  # accept() failed (EMFILE, ENFILE, ENOBUFS...): retried after a back-off
+    "bad_request",  # the HTTP parser refused the request (400, 431 from llhttp's limits), logged in one line
 )
 """`reason` label values of `warpwatch_http_rejected_total`: public API, like metric names."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one connection may hold, and for how long (module doc)."""
-
-    max_connections: int = 256
-    header_timeout_s: float = 10.0
-    idle_timeout_s: float = 30.0
-    write_timeout_s: float = 30.0
-    max_header_bytes: int = 32 * 1024
-    shutdown_timeout_s: float = 5.0
-    refusals_in_flight: int = 64
-    """Refused connections whose 503 is still being flushed; beyond, they are closed at once."""
 
 
 _BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                 b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 42\r\n\r\n"
                 b"too many connections to warpwatch; retry\r\n\n")
-_TOO_LARGE_ANSWER = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                     b"Connection: close\r\nContent-Length: 29\r\n\r\nrequest headers are too large\n")
 _PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
                       b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
-
-
-class _Conn(asyncio.Protocol):
-    """One accepted connection: forwards to aiohttp's protocol and enforces the deadlines."""
-
-    def __init__(self, server: HttpServer, sock: socket.socket, peer: str) -> None:
-        self.server = server
-        self.sock = sock
-        self.peer = peer
-        self.inner: Any = None  # aiohttp's RequestHandler, once connected
-        self.transport: asyncio.Transport | None = None
-        self.opening: asyncio.Task[None] | None = None
-        self.in_request = False
-        self.since = time.monotonic()
-        """When the current phase began: accept, or the end of the last response."""
-        self.header_bytes = 0
-        self.requests = 0
-        self.deadline: asyncio.TimerHandle | None = None
-        self.closed = False
-        """Closed, or being closed by us (a close the client did not cause)."""
-
-    # -- asyncio.Protocol, forwarded
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        tls = self.server.tls
-        if tls is not None and tls.client_allowed_sans and not _san_allowed(
-                transport.get_extra_info("peercert"), tls.client_allowed_sans):
-            self.server.reject("tls_failed", self.peer,
-                               "no subject alternative name of the client certificate is in client_allowed_sans")
-            transport.abort()
-            return
-        self.inner = self.server.web_server()
-        self.server.by_handler[self.inner] = self
-        self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed or self.inner is None:
-            return
-        if not self.in_request:
-            self.header_bytes += len(data)
-            if self.header_bytes > self.server.limits.max_header_bytes:
-                self.server.reject("headers_too_large", self.peer,
-                                   f"more than {self.server.limits.max_header_bytes} bytes of request headers")
-                self.close_with(_TOO_LARGE_ANSWER)
-                return
-        self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.inner is not None else None
-
-    def pause_writing(self) -> None:
-        if self.inner is not None:
-            self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self.inner is not None:
-            self.inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.in_request and not self.closed:
-            self.server.reject("client_gone", self.peer, "closed before its response was sent"
-                               + (f" ({_reason(exc)})" if exc is not None else ""), level=logging.INFO)
-        self.closed = True
-        self.cancel_deadline()
-        if self.inner is not None:
-            self.server.by_handler.pop(self.inner, None)
-            self.inner.connection_lost(exc)
-        self.server.forget(self)
-
-    # -- phases
-
-    def arm(self, seconds: float) -> None:
-        """Close the connection `seconds` from the start of this phase unless a request arrives."""
-        self.cancel_deadline()
-        loop = asyncio.get_running_loop()
-        self.deadline = loop.call_at(loop.time() + max(0.0, self.since + seconds - time.monotonic()),
-                                     self._expired)
-
-    def cancel_deadline(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
-
-    def _expired(self) -> None:
-        self.deadline = None
-        if self.closed or self.in_request:
-            return
-        if self.header_bytes or not self.requests:  # no request, or part of one, never all its headers
-            self.server.reject("header_timeout", self.peer, "request headers not complete in time; closed "
-                               "without a response")
-        self.abort()
-
-    def begin_request(self) -> None:
-        self.in_request = True
-        self.requests += 1
-        self.header_bytes = 0
-        self.cancel_deadline()
-
-    def end_request(self) -> None:
-        self.in_request = False
-        self.since = time.monotonic()
-        if not self.closed:
-            self.arm(self.server.limits.idle_timeout_s)
-
-    def close_with(self, answer: bytes) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.write(answer)
-            self.transport.close()
-
-    def abort(self) -> None:
-        self.cancel_deadline()
-        if self.transport is not None:
-            self.transport.abort()
-        else:
-            if self.opening is not None:
-                self.opening.cancel()
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.server.forget(self)
-        self.closed = True
 
 
 class HttpServer:
@@ -225,8 +89,8 @@ class HttpServer:
         self.limits = limits or Limits()
         self.rejected: dict[str, int] = dict.fromkeys(REJECT_REASONS, 0)
         """Counts by reason (`REJECT_REASONS`); read by the metrics collector from any thread."""
-        self.by_handler: dict[Any, _Conn] = {}
-        self._conns: dict[_Conn, None] = {}
+        self.by_handler: dict[Any, Connection] = {}
+        self._conns: dict[Connection, None] = {}
         self._refusing = 0
         self._repeats = RepeatFilter(60.0)
         self._sock: socket.socket | None = None
@@ -285,7 +149,7 @@ class HttpServer:
 
     async def _serve(self) -> None:
         self._web_server = web.Server(
-            self._handle, access_log=None,
+            self._handle, access_log=None, logger=AiohttpLog(self._repeats, self.count),
             keepalive_timeout=self.limits.idle_timeout_s + 5.0,  # ours (`idle_timeout_s`) comes first
             max_line_size=8190, max_field_size=8190)
         self._stopping = asyncio.Event()
@@ -338,24 +202,39 @@ class HttpServer:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._sock is not None
+        failures = 0
         while True:
             try:
                 sock, addr = await loop.sock_accept(self._sock)
             except asyncio.CancelledError:
                 raise
-            except OSError as exc:  # EMFILE, ENOBUFS...: wait a little, never spin
-                limited_event(log, self._repeats, ("accept", exc.errno), "http_accept_failed", logging.WARNING,
-                              error=exc.strerror or str(exc))
-                await asyncio.sleep(0.1)
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS...: never fatal, never a spin
+                failures += 1
+                await asyncio.sleep(self._accept_failed(exc, failures))
                 continue
+            failures = 0
             sock.setblocking(False)
             peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
             if len(self._conns) >= self.limits.max_connections and not self._evict():
                 self._refuse(sock, peer)
                 continue
-            conn = _Conn(self, sock, peer)
+            conn = Connection(self, sock, peer)
             self._conns[conn] = None
             conn.opening = asyncio.create_task(self._open(conn))
+
+    def _accept_failed(self, exc: OSError, failures: int) -> float:
+        """Count a failed accept() and return how long to wait before the next one.
+
+        The connection stays in the listen backlog. Out of descriptors (EMFILE, ENFILE: something
+        else holds them, or the limit is below what `fds.http_limits` planned for), the
+        longest-waiting idle connection is closed so that the waiting one (a scraper, most likely)
+        gets its descriptor; the wait doubles from 10 ms to 1 s while accept() keeps failing."""
+        self.count("accept_failed")
+        limited_event(log, self._repeats, ("accept", exc.errno), "http_accept_failed", logging.WARNING,
+                      error=exc.strerror or str(exc), connections=len(self._conns))
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            self._evict()
+        return float(min(1.0, 0.01 * 2 ** min(failures - 1, 7)))
 
     def _evict(self) -> bool:
         """Close the longest-waiting connection without a request in progress; False if none."""
@@ -386,10 +265,10 @@ class HttpServer:
 
         asyncio.get_running_loop().call_later(0.5, close)  # let the 503 reach the client before the close
 
-    def forget(self, conn: _Conn) -> None:
+    def forget(self, conn: Connection) -> None:
         self._conns.pop(conn, None)
 
-    async def _open(self, conn: _Conn) -> None:
+    async def _open(self, conn: Connection) -> None:
         loop = asyncio.get_running_loop()
         limit = self.limits.header_timeout_s
         try:
@@ -413,7 +292,7 @@ class HttpServer:
         if not conn.closed:
             conn.arm(limit)
 
-    async def _open_tls(self, conn: _Conn, limit: float) -> None:
+    async def _open_tls(self, conn: Connection, limit: float) -> None:
         loop = asyncio.get_running_loop()
         sock = conn.sock
         while True:
@@ -454,7 +333,7 @@ class HttpServer:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         conn = self.by_handler.get(request.protocol)
-        if conn is None:  # cannot happen: every aiohttp protocol is made by a _Conn
+        if conn is None:  # cannot happen: every aiohttp protocol is made by a Connection
             raise web.HTTPServiceUnavailable()
         conn.begin_request()
         try:
@@ -485,10 +364,14 @@ class HttpServer:
 
     # ------------------------------------------------------------------ reporting
 
+    def count(self, reason: str) -> None:
+        """Count one of `REJECT_REASONS` (the caller logs it)."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
     def reject(self, reason: str, peer: str, detail: str, level: int = logging.WARNING) -> None:
         """Count a rejected connection or request and log it: once, then at most once a minute per
         reason with the number left out (`logs.RepeatFilter`)."""
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self.count(reason)
         limited_event(log, self._repeats, ("http", reason), "http_rejected", level,
                       reason=reason, client=peer, detail=detail)
 
@@ -503,16 +386,3 @@ class HttpServer:
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return str(exc.reason)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def describe_limits(limits: Limits) -> dict[str, Any]:
-    """The limits, for the start-up log line."""
-    return {"max_connections": limits.max_connections, "header_timeout_s": limits.header_timeout_s,
-            "idle_timeout_s": limits.idle_timeout_s, "max_header_bytes": limits.max_header_bytes}
-

@@ -1,0 +1,215 @@
+"""File descriptors (issue 20): at a soft RLIMIT_NOFILE of 256 and 1,200 idle connections the agent
+ran out of descriptors: no scrape got in, the dir: source could not list its folder.
+
+The real agent (`warpwatch run`) runs under `prlimit --nofile=SOFT:HARD`; the idle connections come
+from 127.0.0.2, the normal client from 127.0.0.1 (loopback only, every loop bounded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import HTA, ROOT
+
+CONTROL = HTA / "trace_diff/control/control.json.gz"
+ATTACKER = "127.0.0.2"
+IDLE = 1200
+
+
+@pytest.fixture(autouse=True)
+def _room_for_the_clients() -> Iterator[None]:
+    """This process holds the 1,200 client sockets: its own soft limit goes up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < IDLE + 200:
+        pytest.skip(f"the hard RLIMIT_NOFILE ({hard}) is too low for {IDLE} client sockets")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def prlimit(nofile: str) -> list[str]:
+    tool = shutil.which("prlimit")
+    if tool is None:
+        pytest.skip("prlimit (util-linux) is not installed")
+    return [tool, f"--nofile={nofile}"]
+
+
+class Process:
+    """A child process whose stderr is collected line by line; `port` from its first port=N line."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
+        env["PYTHONPATH"] = str(ROOT / "agent")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.port = 0
+        deadline = time.monotonic() + 30
+        while not self.port and time.monotonic() < deadline and self.proc.poll() is None:
+            for line in list(self.lines):
+                if m := re.search(r"\bport=(\d+)", line):
+                    self.port = int(m.group(1))
+            time.sleep(0.05)
+        assert self.port, "did not start:\n" + "\n".join(self.lines[-20:])
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(5)
+
+
+def get(port: int, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of one GET from 127.0.0.1; (0, b"") when no answer came within `timeout`."""
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while (chunk := s.recv(65536)) and time.monotonic() < deadline:
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), body
+    except (OSError, ValueError, IndexError):
+        return 0, b""
+
+
+@contextlib.contextmanager
+def idle_connections(port: int, n: int) -> Iterator[list[socket.socket]]:
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((ATTACKER, 0))
+            s.settimeout(5)
+            try:
+                s.connect(("127.0.0.1", port))
+                socks.append(s)
+            except OSError:
+                s.close()
+        yield socks
+    finally:
+        for s in socks:
+            s.close()
+
+
+def value(body: bytes, name: str, **labels: str) -> float | None:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    m = re.search(rf"^{re.escape(name)}(?:\{{{re.escape(want)}\}})? (\S+)$".encode(), body, re.M)
+    return float(m.group(1)) if m else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("nofile", "soft_after"), [("256:256", 256), ("256:4096", 4096)])
+def test_the_agent_keeps_serving_and_reading_traces_under_1200_idle_connections(
+        tmp_path: Path, nofile: str, soft_after: int) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    agent = Process([*prlimit(nofile), sys.executable, "-m", "warpwatch", "run", "--address", "127.0.0.1",
+                     "--port", "0", "--period", "1s", "--window", "50ms", "--jitter", "0",
+                     "--source", f"dir:{traces}"])
+    try:
+        with idle_connections(agent.port, IDLE) as socks:
+            assert len(socks) > 1000  # the listen backlog takes them; the agent closes the excess
+            shutil.copy(CONTROL, traces / CONTROL.name)  # a real trace, to be read while they are held
+            statuses, body = [], b""
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                status, body = get(agent.port)
+                statuses.append(status)
+                if status == 200 and (value(body, "warpwatch_windows_total", outcome="ok") or 0) >= 1:
+                    break
+                time.sleep(0.5)
+            assert agent.proc.poll() is None
+            assert statuses[-1] == 200, statuses
+            assert value(body, "warpwatch_windows_total", outcome="ok") == 1  # the trace was read
+            assert value(body, "warpwatch_windows_total", outcome="failed") == 0  # the folder was always listed
+            connections = value(body, "warpwatch_http_connections")
+            assert connections is not None and connections <= min(256, soft_after - 64)
+            assert (value(body, "warpwatch_http_rejected_total", reason="evicted") or 0) > 0
+        assert [get(agent.port)[0] for _ in range(3)] == [200, 200, 200]
+        assert any(f"event=fd_limit soft_was=256 soft={soft_after} " in line for line in agent.lines)
+    finally:
+        code = agent.stop()
+    assert code == 0
+    assert not [line for line in agent.lines if "Traceback" in line]
+
+
+SERVER = textwrap.dedent("""
+    import signal, sys, threading
+    from warpwatch.serving import Endpoints, HttpServer, Limits
+    server = None
+    def render(accept):
+        text = "".join(f"rejected {reason} {n}\\n" for reason, n in sorted(server.rejected.items()))
+        return text.encode(), "text/plain"
+    server = HttpServer(Endpoints(render, lambda: (True, "ok")), "127.0.0.1", 0,
+                        limits=Limits(max_connections=100_000))
+    server.start()
+    print(f"port={server.port}", file=sys.stderr, flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait(float(sys.argv[1]))
+    server.stop()
+""")
+
+
+@pytest.mark.slow
+def test_accept_out_of_descriptors_makes_room_for_the_waiting_client() -> None:
+    """A server whose connection bound is far above its descriptor limit (as before the bound was
+    sized from the limit, or with descriptors held elsewhere): accept() fails with EMFILE. The
+    server stays up, counts it, and closes an idle connection so that the scraper gets in."""
+    server = Process([*prlimit("64:64"), sys.executable, "-c", SERVER, "60"])
+    try:
+        with idle_connections(server.port, 200) as socks:
+            assert len(socks) > 100
+            time.sleep(1.0)
+            status, body = get(server.port, timeout=10.0)
+            assert server.proc.poll() is None
+            assert status == 200
+            counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
+            assert int(counts["accept_failed"]) >= 1
+            assert int(counts["evicted"]) >= 1
+    finally:
+        code = server.stop()
+    assert code == 0
+    assert not [line for line in server.lines if "Traceback" in line]
+
+
+@pytest.mark.parametrize("soft", [16, 64, 100, 256, 1024, 4096, 1 << 20])
+def test_the_connection_bound_leaves_descriptors_for_the_rest_of_the_agent(soft: int) -> None:
+    from warpwatch.serving import Limits, http_limits
+
+    configured = Limits()
+    limits = http_limits(configured, soft)
+    assert 8 <= limits.max_connections <= configured.max_connections
+    assert 1 <= limits.refusals_in_flight <= configured.refusals_in_flight
+    if soft >= 256:  # connections, refusals being flushed and the socket being accepted fit, with 64 to spare
+        assert limits.max_connections + limits.refusals_in_flight + 1 <= soft - 64
+    if soft >= 64 + 1 + 256 + 64:
+        assert (limits.max_connections, limits.refusals_in_flight) == (256, 64)
