@@ -1,9 +1,21 @@
 """Fuzz the trace reader and analysis: every input must analyse or raise TraceError.
 
-Two engines, run outside CI (tests/test_fuzz_trace.py holds a short deterministic slice):
+Two engines (tests/test_fuzz_trace.py holds a short deterministic slice of the first;
+tests/test_trace_fuzzing.py runs the second for 20 s in CI):
 
-    python benchmarks/fuzz_trace.py mutate --inputs 100000      # structured mutations of real traces
-    python benchmarks/fuzz_trace.py atheris -atheris_runs=100000 # coverage-guided (pip install atheris)
+    python benchmarks/fuzz_trace.py mutate --inputs 100000   # structured mutations of real traces
+    python benchmarks/fuzz_trace.py atheris --seconds 3600   # coverage-guided, against an oracle
+
+`atheris` (libFuzzer, a dev dependency) mutates pieces of the real traces and the hand-made edits
+of tests/test_gpuscan.py, guided by the coverage of warpwatch's Python code (instrumented at
+import), and checks each input against the pure-Python reader (tests/trace_oracle.py): the
+compiled scanner answers None or exactly the strict reading, and the whole read gives the same
+Trace or the same TraceError kind in both builds, never another exception; libFuzzer bounds each
+input's time (-timeout) and the process's memory (-rss_limit_mb). The C scanner is a target, not
+instrumented: atheris instruments C with clang's -fsanitize=fuzzer-no-link, and the build here is
+gcc's (tests/test_native_sanitizers.py runs it under ASan/UBSan instead). It prints the executions,
+the coverage (libFuzzer's `cov` and `ft`), the corpus, and the findings, each saved under --out
+(crash-*, timeout-*, oom-* files: replay one with `fuzz_trace.py replay FILE`).
 
 Seeds are the real traces in ../shared/traces (small ones, decompressed). Mutations: truncation at
 random positions, byte flips, byte-class-aware splices, wrong types in every field the reader uses,
@@ -157,26 +169,71 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_atheris(argv: list[str]) -> int:
+def cmd_atheris(args: argparse.Namespace) -> int:
+    """Run libFuzzer (atheris) in a child for --seconds; print what it did and what it found."""
+    import subprocess
+    import tempfile
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="warpwatch-fuzz-") as work:
+        corpus = Path(args.corpus) if args.corpus else Path(work) / "corpus"
+        corpus.mkdir(parents=True, exist_ok=True)
+        sys.path.insert(0, str(ROOT / "tests"))
+        import trace_oracle
+
+        for i, seed in enumerate(trace_oracle.seeds()):
+            (corpus / f"seed-{i:03d}").write_bytes(seed)
+        flags = [f"-max_total_time={args.seconds}", f"-seed={args.seed}", f"-timeout={args.timeout}",
+                 f"-rss_limit_mb={args.rss_mb}", f"-max_len={trace_oracle.MAX_INPUT}", "-print_final_stats=1",
+                 f"-artifact_prefix={out}/", "-close_fd_mask=1"]
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, __file__, "atheris-child", *flags, str(corpus)],
+                              capture_output=True, text=True, timeout=args.seconds + 300)
+        elapsed = time.monotonic() - started
+    log = proc.stderr
+    stats = dict(re.findall(r"^stat::(\w+):\s*(\d+)", log, re.M))
+    last = re.findall(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)", log, re.M)
+    findings = sorted(str(p) for p in out.glob("*") if p.name.startswith(("crash-", "timeout-", "oom-", "leak-")))
+    execs = stats.get("number_of_executed_units", last[-1][0] if last else "0")
+    cov, ft, corp = last[-1][1:] if last else ("?", "?", "?")
+    print(f"executions: {execs} in {elapsed:.0f} s; coverage: cov {cov}, ft {ft} (Python edges and features); "
+          f"corpus: {corp} inputs; peak RSS: {stats.get('peak_rss_mb', '?')} MB")
+    print(f"findings: {len(findings)}" + "".join(f"\n  {f}" for f in findings))
+    if proc.returncode != 0 or findings:
+        print(log[-4000:])
+        return 1
+    return 0
+
+
+def cmd_atheris_child(argv: list[str]) -> int:
+    """The libFuzzer process: the oracle over warpwatch's instrumented Python code."""
     import atheris
 
-    reasons: collections.Counter[str] = collections.Counter()
+    sys.path.insert(0, str(ROOT / "tests"))
+    import trace_oracle
 
-    def one(data: bytes) -> None:
-        run_one(data, reasons)
+    # Every function loaded (warpwatch was imported by this script already, so instrument_imports
+    # would miss it): the coverage that guides the mutations is that of the Python readers.
+    atheris.instrument_all()
+    atheris.Setup([sys.argv[0], *argv], trace_oracle.check)
+    atheris.Fuzz()  # (libFuzzer exits the process)
+    return 0
 
-    corpus = Path("benchmarks/data/fuzz-corpus")
-    corpus.mkdir(parents=True, exist_ok=True)
-    for i, s in enumerate(seeds()[:8]):
-        (corpus / f"seed{i}.json").write_bytes(s[:50_000])
-    atheris.Setup([sys.argv[0], *argv, str(corpus)], one)
-    atheris.Fuzz()
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """One saved input through the oracle: its outcome, or the assertion it fails."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import trace_oracle
+
+    for name in args.files:
+        print(f"{name}: {trace_oracle.check(Path(name).read_bytes())[:200]}")
     return 0
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "atheris":
-        return cmd_atheris(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "atheris-child":
+        return cmd_atheris_child(sys.argv[2:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("mutate")
@@ -184,8 +241,21 @@ def main() -> int:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--tmp", default="/tmp")
     m.add_argument("--progress", action="store_true")
-    sub.add_parser("atheris")
-    return cmd_mutate(p.parse_args())
+    a = sub.add_parser("atheris")
+    a.add_argument("--seconds", type=int, default=600)
+    a.add_argument("--seed", type=int, default=1)
+    a.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
+    a.add_argument("--rss-mb", type=int, default=2048, help="memory the fuzzing process may use")
+    a.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fuzz-trace"), help="where findings go")
+    a.add_argument("--corpus", default=None, help="a corpus directory to keep (default: a temporary one)")
+    r = sub.add_parser("replay")
+    r.add_argument("files", nargs="+")
+    args = p.parse_args()
+    if args.cmd == "atheris":
+        return cmd_atheris(args)
+    if args.cmd == "replay":
+        return cmd_replay(args)
+    return cmd_mutate(args)
 
 
 if __name__ == "__main__":

@@ -154,8 +154,8 @@ ANSWERED = [  # the compiled scanner reads these itself, exactly as Python does
     _kernel(warps_per_SM="9007199254740993.0", blocks_per_SM="0.30000000000000004"),
     _kernel(warps_per_SM="1E22", blocks_per_SM="1.5e-22"),
     _kernel(warps_per_SM="-1234.5678e-3"),
-    _kernel(queued='{"a": [1, {"b": null}, "x\\"y"], "c": true, "d": false}'),
-    _kernel(context='[[], {}, -0.5e+3, "\\u00e9"]'),
+    _kernel(queued='{"a": [1, "x\\"y", [], null], "b": {"c": {}}, "c": true, "d": false}'),
+    _kernel(context='[[], -0.5e+3, "\\u00e9"]'),
     KERNEL.replace(b'"cat": "kernel"', b'"cat":"kernel"'),
     KERNEL.replace(b'"cat": "kernel"', b'"cat":\t"Kernel"'),
     KERNEL.replace(b'"cat": "kernel"', b'"cat" :\n  "kernel"'),  # any JSON whitespace (both readers)
@@ -165,6 +165,7 @@ ANSWERED = [  # the compiled scanner reads these itself, exactly as Python does
     KERNEL.replace(b'{"ph"', b'{ \n "ph"').replace(b"}}", b"} \n }"),
     re.sub(rb'"dur": \d+', b'"dur": 0', SPAN),
     MEMCPY.replace(b'"cat": "gpu_memcpy"', b'"cat": "Memset"'),
+    _kernel(queued='"\\ud83d\\ude00 \\u00e9"'),  # a surrogate pair, escaped (msgspec reads it)
 ]
 
 REFUSED = [  # each sends the piece to Python (which gives the result or the error)
@@ -210,6 +211,29 @@ REFUSED = [  # each sends the piece to Python (which gives the result or the err
     KERNEL.replace(b"at::native", b"at::\xff\xfenative"),  # a name that is not UTF-8
     KERNEL.replace(b'"cat": "kernel"', b'"cat": "kernel", "hip": 1'),  # maybe AMD: Python reads hip calls
     re.sub(rb'"dur": \d+', b'"dur": -1', SPAN),
+    # issue 20: most of these were answered on 4ac2651, differently from Python (or a SystemError)
+    KERNEL.replace(b'"args": {', b'"args": true, "other": {'),  # args must be an object (or null)
+    KERNEL.replace(b'"args": {', b'"args": [], "other": {'),
+    KERNEL.replace(b'"args": {', b'"args": "x", "other": {'),
+    _kernel(stream='"s7"').replace(b"at::native", b"at::\xffnative", 1).replace(b'"s7"', b'"s\xff"'),  # two not UTF-8
+    _kernel(warps_per_SM='"w"', blocks_per_SM='"b"').replace(b'"w"', b'"\xfe"').replace(b'"b"', b'"\xff"'),
+    KERNEL.replace(b'"cat": "kernel"', b'"cat"\v: "kernel"'),  # \v, \f: whitespace to skim's regex, not to JSON
+    KERNEL.replace(b'"cat": "kernel"', b'"cat":\f"kernel"'),
+    KERNEL.replace(b'"cat": "kernel"', b'"cat"cat": "kernel"'),  # the key starts at the last quote of another
+    b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "args": {"x": [{}, ' + KERNEL + b", {}]}}",
+    b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "args": {"x": [1, ' + KERNEL + b"]}}",
+    b'{"ph": "X", "cat": "cpu_op", "args": {"cat": "kernel", "ph": "X", "ts": 1, "dur": 1}}',
+    # an object in an array (here in the kernel's own args): maybe a GPU event nested in another's
+    _kernel(queued='{"a": [1, {"b": null}, "x\\"y"], "c": true, "d": false}'),
+    _kernel(context='[[], {}, -0.5e+3, "\\u00e9"]'),
+    _kernel(context='[{}]'),
+    # strings msgspec decodes (and the scanner never converted) that are not UTF-8 (found by the fuzzer)
+    MEMCPY.replace(b"Memcpy DtoD", b"Memcpy \xcaDtoD"),
+    _kernel(device="null", pid='"p"').replace(b'"pid": "p"', b'"pid": "\xff"'),
+    SPAN.replace(b'"name": "PyTorch Profiler', b'"name": "\xe2\x82PyTorch Profiler'),
+    _kernel(queued='"\\ud800"'),  # lone surrogates: msgspec's errors
+    _kernel(queued='"\\udc00"'),
+    _kernel(queued='"\\ud800\\u0041"'),
 ]
 
 
@@ -221,6 +245,24 @@ def test_what_the_compiled_scanner_reads_is_what_python_reads(event: bytes) -> N
 @pytest.mark.parametrize("event", REFUSED, ids=range(len(REFUSED)))
 def test_what_the_compiled_scanner_is_not_sure_of_goes_to_python(event: bytes) -> None:
     assert compiled(piece(event)) is None
+
+
+NESTED = [  # a kernel event that is no event of the piece: in an array of another's args, or a value
+    b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "args": {"x": [{}, ' + KERNEL + b", {}]}}",
+    b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "args": {"x": [1, ' + KERNEL + b"]}}",
+    b'{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "args": {"x": ' + KERNEL + b"}}",
+    b'{"x": ' + KERNEL + b"}",
+]
+
+
+@pytest.mark.parametrize("event", NESTED, ids=range(len(NESTED)))
+def test_a_kernel_nested_in_another_event_is_no_launch_for_either_skimming_reader(event: bytes) -> None:
+    """The strict reading has two launches of the three kernel events (the nested one is part of
+    another event's value): neither skimming reader may count it; both send the piece to it."""
+    expected = strict(piece(event))
+    assert expected is not None and expected.count("KernelLaunch(") == 2
+    assert compiled(piece(event)) is None
+    assert python_skim(piece(event)) is None
 
 
 def test_random_byte_edits_of_a_kernel_event_never_give_another_answer() -> None:

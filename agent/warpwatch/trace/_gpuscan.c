@@ -16,9 +16,14 @@
  * name, a number that is not a plain finite JSON number of at most 18 digits, a type msgspec's
  * strict structs would reject, a duplicate key, an event that does not start after a comma, bare
  * inf/nan, a raw control character, nesting deeper than 64, a bad Trace span, a category written
- * with an escape, `"hip` anywhere in the piece (AMD's hip* runtime calls, which Python reads) --
- * gives None, and the Python reader, which knows every such case and its error message, reads the
- * piece. tests/test_native_sanitizers.py fuzzes it under AddressSanitizer and UBSan.
+ * with an escape, `"hip` anywhere in the piece (AMD's hip* runtime calls, which Python reads),
+ * args that are not an object, a string msgspec decodes that is not UTF-8, a lone surrogate
+ * escape, whitespace JSON does not allow (`\v`, `\f`) around a category, a piece where some `{`
+ * follows a `[` or a comma after no `}` (an object in an array: maybe a GPU event nested in
+ * another's value, see may_nest) -- gives None, and the Python reader, which knows every such
+ * case and its error message, reads the piece. tests/test_native_sanitizers.py fuzzes it under
+ * AddressSanitizer and UBSan; tests/test_trace_fuzzing.py fuzzes it, coverage-guided, against
+ * the Python reader.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,7 +42,7 @@ typedef struct {
     Py_ssize_t n;
 } Str; /* a JSON string's contents, without escapes */
 
-enum { V_ABSENT = 0, V_NULL, V_INT, V_FLOAT, V_STR, V_DIMS, V_OTHER };
+enum { V_ABSENT = 0, V_NULL, V_INT, V_FLOAT, V_STR, V_DIMS, V_OTHER, V_OBJECT };
 
 typedef struct {
     int kind;
@@ -61,11 +66,41 @@ static inline const char *ws(const char *p, const char *end) {
     return p;
 }
 
+/* The 4 hex digits of the `\\uXXXX` at p, or -1. */
+static int hex4(const char *p, const char *end) {
+    if (end - p < 6) return -1;
+    int u = 0;
+    for (int k = 2; k < 6; k++) {
+        char h = p[k];
+        int d = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        u = u * 16 + d;
+    }
+    return u;
+}
+
 /* After the opening quote: the end of the string (after the closing quote), or NULL. `esc` is set
  * when the string holds an escape (its contents are then not usable as they are). */
 static const char *string_end(const char *p, const char *end, int *esc) {
     *esc = 0;
     while (p < end) {
+#if defined(__SSE2__) && !defined(WARPWATCH_NO_SIMD)
+        /* 16 plain bytes at a time (no quote, backslash or control character): kernel names are
+         * 100-200 bytes */
+        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), below = _mm_set1_epi8(0x1F);
+        while (end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                           _mm_cmpeq_epi8(_mm_min_epu8(v, below), v));
+            unsigned m = (unsigned)_mm_movemask_epi8(special);
+            if (m) {
+                p += __builtin_ctz(m);
+                break;
+            }
+            p += 16;
+        }
+        if (p >= end) return NULL;
+#endif
         unsigned char c = (unsigned char)*p;
         if (c == '"') return p + 1;
         if (c < 0x20) return NULL; /* raw control character: msgspec rejects it */
@@ -74,10 +109,12 @@ static const char *string_end(const char *p, const char *end, int *esc) {
             if (p + 1 >= end) return NULL;
             char e = p[1];
             if (e == 'u') {
-                if (p + 6 > end) return NULL;
-                for (int k = 2; k < 6; k++) {
-                    char h = p[k];
-                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F'))) return NULL;
+                int u = hex4(p, end);
+                if (u < 0 || (u >= 0xDC00 && u <= 0xDFFF)) return NULL; /* a lone low surrogate: msgspec rejects it */
+                if (u >= 0xD800 && u <= 0xDBFF) { /* a high one must be followed by a low one */
+                    int low = (end - p >= 8 && p[6] == '\\' && p[7] == 'u') ? hex4(p + 6, end) : -1;
+                    if (low < 0xDC00 || low > 0xDFFF) return NULL;
+                    p += 6;
                 }
                 p += 6;
                 continue;
@@ -143,7 +180,13 @@ static const char *skip_value(const char *p, const char *end, int depth) {
                 if (p >= end || *p != ':') return NULL;
                 p = ws(p + 1, end);
             }
-            p = skip_value(p, end, depth + 1);
+            /* strings and numbers here, without a call: most values of the args skipped */
+            if (p < end && *p == '"')
+                p = string_end(p + 1, end, &esc);
+            else if (p < end && ((*p >= '0' && *p <= '9') || *p == '-'))
+                p = number_end(p, end, &is_int);
+            else
+                p = skip_value(p, end, depth + 1);
             if (!p) return NULL;
             p = ws(p, end);
             if (p >= end) return NULL;
@@ -336,7 +379,7 @@ static const char *parse_object(const char *p, const char *end, Event *ev, int a
             if (k == E_CAT) ev->cat_key = key_at;
             if (k == E_ARGS && p < end && *p == '{') {
                 p = parse_object(p, end, ev, 1);
-                values[k].kind = V_OTHER;
+                values[k].kind = V_OBJECT;
             } else {
                 p = read_value(p, end, &values[k]);
             }
@@ -387,8 +430,10 @@ static size_t GPU_CAT_LENGTHS[N_GPU_CATS];
  * when `"cat"` is not a key), -2 for one written with an escape (which Python reads). */
 static int gpu_category(const char *p, const char *end) {
     p = ws(p + 5, end);
+    if (p < end && (*p == '\v' || *p == '\f')) return -2; /* not JSON whitespace, but skim's regex `\s` */
     if (p >= end || *p != ':') return -1;
     p = ws(p + 1, end);
+    if (p < end && (*p == '\v' || *p == '\f')) return -2;
     if (p >= end || *p != '"') return -1;
     p++;
     for (int c = 0; c < N_GPU_CATS; c++) {
@@ -447,7 +492,8 @@ static int types_ok(const Event *ev) {
     if (f[E_NAME].kind != V_ABSENT && f[E_NAME].kind != V_NULL && f[E_NAME].kind != V_STR) return 0;
     for (int k = E_TS; k <= E_DUR; k++)
         if (f[k].kind != V_INT && f[k].kind != V_FLOAT) return 0; /* null or absent: Python's error */
-    if (f[E_ARGS].kind != V_ABSENT && f[E_ARGS].kind != V_NULL && f[E_ARGS].kind != V_OTHER) return 0;
+    /* args: an object or null (`true` or `[]` is V_OTHER: Python's error) */
+    if (f[E_ARGS].kind != V_ABSENT && f[E_ARGS].kind != V_NULL && f[E_ARGS].kind != V_OBJECT) return 0;
     for (int k = 0; k < A_N; k++) {
         int kind = a[k].kind;
         if (kind == V_ABSENT || kind == V_NULL) continue;
@@ -474,46 +520,88 @@ static int types_ok(const Event *ev) {
     return 1;
 }
 
+/* Is every string of a complete GPU event that msgspec decodes (name, pid, stream, the reported
+ * values...) UTF-8? msgspec's strict structs decode them, and fail on one that is not; the
+ * scanner converts only a kernel's (a memcpy's name, say, it never reads). ASCII at a glance. */
+static int strings_ok(const Event *ev) {
+    for (int k = 0; k < E_N + A_N; k++) {
+        const Value *v = k < E_N ? &ev->f[k] : &ev->a[k - E_N];
+        if (v->kind != V_STR) continue;
+        int ascii = 1;
+        for (Py_ssize_t i = 0; i < v->str.n && ascii; i++) ascii = (unsigned char)v->str.s[i] < 0x80;
+        if (ascii) continue;
+        PyObject *decoded = PyUnicode_DecodeUTF8(v->str.s, v->str.n, "strict");
+        if (!decoded) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(decoded);
+    }
+    return 1;
+}
+
 static double number(const Value *v) { return v->kind == V_INT ? (double)v->i : v->d; }
 
 static PyObject *launch(const Event *ev, PyObject *launch_type, PyObject *names, PyObject *dims) {
     const Value *f = ev->f, *a = ev->a;
     PyObject *args[12] = {0};
     PyObject *result = NULL;
-    if (f[E_NAME].kind == V_STR)
-        args[0] = interned(names, text(f[E_NAME].str));
-    else
-        args[0] = interned(names, PyUnicode_FromString("None"));
-    if (a[A_DEVICE].kind == V_INT)
-        args[1] = PyLong_FromLongLong(a[A_DEVICE].i);
-    else
-        args[1] = PyLong_FromLongLong(f[E_PID].kind == V_INT ? f[E_PID].i : -1);
-    args[2] = PyFloat_FromDouble(number(&f[E_TS]));
-    args[3] = PyFloat_FromDouble(number(&f[E_DUR]));
-    args[4] = a[A_STREAM].kind == V_STR ? text(a[A_STREAM].str) : opt_int(&a[A_STREAM]);
-    args[5] = dims_tuple(&a[A_GRID], dims);
-    args[6] = dims_tuple(&a[A_BLOCK], dims);
-    args[7] = opt_int(&a[A_REGS]);
-    args[8] = opt_int(&a[A_SMEM]);
-    args[9] = reported(&a[A_WARPS]);
-    args[10] = reported(&a[A_BLOCKS]);
-    args[11] = reported(&a[A_OCC]);
-    for (int k = 0; k < 12; k++)
-        if (!args[k]) goto done;
+    /* Each argument only while none has failed: a second call into the C API with an exception
+     * set (two strings that are not UTF-8) was a SystemError. */
+#define ARG(k, expr) \
+    if (!(args[k] = (expr))) goto done
+    ARG(0, interned(names, f[E_NAME].kind == V_STR ? text(f[E_NAME].str) : PyUnicode_FromString("None")));
+    ARG(1, PyLong_FromLongLong(a[A_DEVICE].kind == V_INT ? a[A_DEVICE].i : f[E_PID].kind == V_INT ? f[E_PID].i : -1));
+    ARG(2, PyFloat_FromDouble(number(&f[E_TS])));
+    ARG(3, PyFloat_FromDouble(number(&f[E_DUR])));
+    ARG(4, a[A_STREAM].kind == V_STR ? text(a[A_STREAM].str) : opt_int(&a[A_STREAM]));
+    ARG(5, dims_tuple(&a[A_GRID], dims));
+    ARG(6, dims_tuple(&a[A_BLOCK], dims));
+    ARG(7, opt_int(&a[A_REGS]));
+    ARG(8, opt_int(&a[A_SMEM]));
+    ARG(9, reported(&a[A_WARPS]));
+    ARG(10, reported(&a[A_BLOCKS]));
+    ARG(11, reported(&a[A_OCC]));
+#undef ARG
     result = PyObject_Vectorcall(launch_type, args, 12, NULL);
 done:
     for (int k = 0; k < 12; k++) Py_XDECREF(args[k]);
     return result;
 }
 
+static inline int json_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
 /* Is the `{` at `start` where an event starts: the first byte of the piece, just after its `[`,
  * or after a comma? */
 static int starts_event(const char *buf, const char *start) {
     const char *p = start;
-    while (p > buf && (p[-1] == ' ' || p[-1] == '\n' || p[-1] == '\r' || p[-1] == '\t')) p--;
+    while (p > buf && json_ws(p[-1])) p--;
     if (p == buf) return 1;
     if (p[-1] == ',') return 1;
     return p[-1] == '[' && p - 1 == buf;
+}
+
+/* May an object of the piece be an element of an array (and so a GPU event found after a comma
+ * not be one of the piece's events, but part of another's value)? The first object of any array
+ * follows its `[`, or a comma after a value that is not an object: some `{` then follows a `[`,
+ * or a comma that follows no `}`. The events of the piece follow `}` and a comma (or start it), as
+ * do the later objects of an array of objects only. Checked on the bytes (a `[{` in a string
+ * counts too: that piece then goes to Python, which checks each GPU event is one of the piece's
+ * by decoding them all; skim._top_level). One memchr per `{`, two per Kineto event. */
+static int may_nest(const char *buf, const char *end) {
+    const char *start = end > buf && buf[0] == '[' ? buf + 1 : buf;
+    for (const char *p = memchr(start, '{', (size_t)(end - start)); p; p = memchr(p + 1, '{', (size_t)(end - p - 1))) {
+        const char *q = p;
+        while (q > start && json_ws(q[-1])) q--;
+        if (q == start) continue; /* the piece's first event */
+        if (q[-1] == '[') return 1;
+        if (q[-1] == ',') {
+            for (q--; q > start && json_ws(q[-1]); q--) {
+            }
+            if (q == start || q[-1] != '}') return 1;
+        }
+    }
+    return 0;
 }
 
 /* Does a whole event end at p: then a comma and the next event's `{`, or the end of the piece? */
@@ -550,13 +638,14 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssi
     const char *p = buf;
     Event ev;
     if (find(buf, end, "\"hip", 4)) goto python; /* maybe a hip* runtime call: AMD, read in Python */
+    if (may_nest(buf, end)) goto python;
     for (;;) {
         p = find(p, end, "\"cat\"", 5);
         if (!p) break;
         int cat = gpu_category(p, end);
         if (cat == -2) goto python;
         if (cat < 0) {
-            p += 5;
+            p += 4; /* (not 5: in `"cat"cat"` the second one starts at the first one's last quote) */
             continue;
         }
         const char *start = p;
@@ -568,7 +657,7 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *const *argv, Py_ssi
         const Value *f = ev.f;
         if (f[E_PH].kind != V_STR) goto python;
         if (is_other_phase(f[E_PH].str)) continue; /* validated, skipped (schema._OTHER_PHASES) */
-        if (!(f[E_PH].str.n == 1 && f[E_PH].str.s[0] == 'X') || !types_ok(&ev)) goto python;
+        if (!(f[E_PH].str.n == 1 && f[E_PH].str.s[0] == 'X') || !types_ok(&ev) || !strings_ok(&ev)) goto python;
         double ts = number(&f[E_TS]), dur = number(&f[E_DUR]);
         if (cat == TRACE_CAT) {
             if (dur < 0) goto python; /* an error if no earlier piece had a span: Python says */

@@ -10,9 +10,10 @@ events, and a tail (the last events, `]`, the keys after them). The reader
 - cuts the events between two events (at `}` `,` `{`, preferring a cut with a newline in it,
   which is never inside a JSON string) and decodes each piece strictly as a list of events.
   A cut is proven by the decode itself: the piece starts between two events, so it decodes as
-  a list only if it also ends between two events. A piece that fails at its very end was cut
-  wrongly and is extended to the next cut (up to `MAX_PIECES` pieces); one that fails inside
-  is invalid JSON, reported with its offset in the document;
+  a list only if it also ends between two events. A piece that fails at its very end (or that
+  msgspec calls truncated) was cut wrongly and is extended to the next cut, then, after
+  `NEXT_CUTS` such retries, to at least twice its size (up to `MAX_PIECES` pieces); one that
+  fails inside (or is not UTF-8) is invalid JSON, reported with its offset in the document;
 - repairs Kineto's invalid JSON (bare `inf`/`nan`, raw control characters in strings) only
   in a piece whose decode stopped at such a token, and only in that piece (`repair`);
 - keeps from each piece what the Trace needs (`schema.scan`) and drops the rest before the next;
@@ -48,6 +49,9 @@ SEARCH_BYTES = 256 * 1024
 """How far past its target size a piece may run to find a cut."""
 MAX_PIECES = 4
 """A piece that cannot be cut within this many piece sizes is an error."""
+NEXT_CUTS = 8
+"""Wrong cuts of one piece retried at the very next cut; after these, each retry at least doubles
+the piece, so that a piece which never decodes costs a few decodes, not one per cut."""
 EDGE_BYTES = 1024**2
 """The first piece and the tail, which are always decoded whole (strictly), are cut to about this
 size (or the piece size, if smaller); the pieces between them may be skimmed."""
@@ -60,7 +64,7 @@ _PATH_INDEX = re.compile(r"`\$\[(\d+)\]")
 
 
 class _BadCut(Exception):
-    """A piece did not end between two events."""
+    """A piece did not end between two events (or may not have: the decoder's own words)."""
 
 
 def read_document(stream: Stream, limits: ReadLimits, *, skimming: bool = True) -> Document:
@@ -188,6 +192,9 @@ class _Reader:
             target = min(target, len(self.buf) - edge)
         at = max(0, target - SEARCH_BYTES)
         form = _INDENTED if self.skimming else _NEWLINE
+        wrong: str | None = None
+        """How the last wrong cut failed to decode."""
+        tries = 0
         while True:
             cut = self.find_cut(at, form)
             if cut is None:
@@ -196,12 +203,14 @@ class _Reader:
                 if form > _ANY:  # a document written on one line: any cut will do (each is checked)
                     form -= 1
                     continue
-                raise TraceError(self.path, self.no_cut())
+                raise TraceError(self.path, self.no_cut(wrong))
             end, nxt = cut
             try:
                 self.decode_piece(end, skimmable=form == _INDENTED)
-            except _BadCut:
-                at = nxt
+            except _BadCut as exc:
+                wrong = str(exc)
+                tries += 1
+                at = nxt if tries < NEXT_CUTS else max(nxt, 2 * end)
                 continue
             self.drop(nxt)
             return True
@@ -225,9 +234,14 @@ class _Reader:
             at = max(at, len(self.buf) - 64)
             self.fill(len(self.buf) + self.piece)
 
-    def no_cut(self) -> str:
+    def no_cut(self, wrong: str | None = None) -> str:
         if self.eof:
             return "invalid JSON (the events cannot be told apart: no `}, {` between two of them)"
+        if wrong is not None:  # every cut tried was inside an event, or the events there are not JSON
+            return (
+                f"invalid JSON (the events from byte {self.base:,} do not decode as whole events within "
+                f"{MAX_PIECES * self.piece / 1024**2:.0f} MiB: {wrong})"
+            )
         return (
             f"no boundary between two trace events within {MAX_PIECES * self.piece / 1024**2:.0f} MiB "
             f"after byte {self.base:,}: not a trace this reader can cut"
@@ -279,7 +293,10 @@ class _Reader:
         except msgspec.ValidationError as exc:  # (a DecodeError too: caught first)
             raise TraceError(self.path, self.structure(exc, piece)) from None
         except msgspec.DecodeError as exc:
-            first = exc
+            # Its words, not the exception: kept in a local, its traceback (which holds this frame,
+            # and `data`) would be a cycle, which the paused GC never frees: a piece retried at
+            # every cut once leaked a copy of itself per retry (issue 20: 24 GB).
+            first = str(exc)
         except RecursionError:  # msgspec decodes nested arrays and objects recursively
             raise TraceError(self.path, "invalid JSON (arrays or objects nested too deeply)") from None
         at = _error_byte(first)
@@ -292,8 +309,10 @@ class _Reader:
                 pass
             except RecursionError:
                 raise TraceError(self.path, "invalid JSON (arrays or objects nested too deeply)") from None
-        if piece and (at is None or at >= len(data) - 1):
-            raise _BadCut
+        # A wrong cut ends the piece inside an event: the decoder stops at its very end, or says
+        # "truncated". Any other error without a byte (invalid UTF-8) is the piece's own.
+        if piece and ((at is None and "truncated" in first.lower()) or (at is not None and at >= len(data) - 1)):
+            raise _BadCut(first)
         raise TraceError(self.path, self.describe(data, first, at, shift, head))
 
     def structure(self, exc: msgspec.ValidationError, piece: bool) -> str:
@@ -305,8 +324,11 @@ class _Reader:
             text = _PATH_INDEX.sub(lambda m: f"`$.traceEvents[{base + int(m.group(1))}]", text)
         return f"unexpected structure: {text}"
 
-    def describe(self, data: bytes, exc: Exception, at: int | None, shift: int, head: bool) -> str:
-        text = str(exc)
+    def describe(self, data: bytes, text: str, at: int | None, shift: int, head: bool) -> str:
+        if at is None and "utf-8" in text.lower():  # msgspec does not say where
+            at = _invalid_utf8(data)
+            if at is not None:
+                text = f"{text} (byte {at})"
         if at is not None:
             text = _BYTE.sub(f"(byte {self.base + at - shift:,})", text)
         if "truncated" in text.lower() and not head:
@@ -336,6 +358,15 @@ def _typed(decoder: Any, data: bytes) -> Any:
     return decoder.decode(data)
 
 
-def _error_byte(exc: Exception) -> int | None:
-    m = _BYTE.search(str(exc))
+def _error_byte(text: str) -> int | None:
+    m = _BYTE.search(text)
     return int(m.group(1)) if m else None
+
+
+def _invalid_utf8(data: bytes) -> int | None:
+    """Where the first byte that is not UTF-8 is in `data` (only on the error path)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return None

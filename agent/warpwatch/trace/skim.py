@@ -12,6 +12,12 @@ of a large trace. Two implementations, with the same results (tests/test_gpuscan
 - `skim` cuts each GPU event from its `{` to the next cut between two events, and msgspec
   decodes them strictly.
 
+A GPU event found must be one of the piece's events, not an object nested in another event's
+value: its `{` follows the piece's start or a `}` and a comma (not a `:`, nor another value of an
+array), and where an array of objects may be (a `[` before a `{`) the piece decodes with each GPU
+event replaced by a `0` that must stay at the top level (`_top_level`). The compiled scanner
+leaves every piece where some `{` follows a `[`, or a comma after no `}`, to this module.
+
 What it gives up: invalid JSON inside a skipped event is not noticed (the head and the first piece
 of every document, and its tail, are always decoded whole, so a file that is not a trace still
 fails there). Anything unexpected -- a slice that does not decode, a category written with
@@ -39,6 +45,16 @@ spell a GPU category: then the piece is decoded whole)."""
 _HIP_CALL = re.compile(rb'"name"\s*:\s*"hip')
 BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*\{")
 """A cut between two events (`}`, `,`, `{`); the piece readers cut there too."""
+
+
+class _Skipped(msgspec.Struct, gc=False):
+    """Any object, its keys skipped."""
+
+
+_TOP: msgspec.json.Decoder[list[int | _Skipped]] = msgspec.json.Decoder(list[int | _Skipped])
+_ARRAY_OF_OBJECTS = re.compile(rb"\[[ \t\n\r]*\{")
+"""Where an object may be an element of an array (the first object of an array of objects)."""
+_JSON_WS = b" \t\n\r"
 
 
 def skim_scan(text: bytes | bytearray, end: int, interned: Interned, *, amd: bool = False) -> Scanned | None:
@@ -84,7 +100,7 @@ def skim(text: bytes | bytearray, end: int, *, hip: bool = False) -> bytes | Non
             if at < last:
                 continue
             start = text.rfind(b"{", last, at)
-            if start < 0:
+            if start < 0 or not _starts_event(text, start):
                 return None
             cut = BETWEEN_EVENTS.search(text, m.end(), end)
             last = cut.start() + 1 if cut else end
@@ -92,4 +108,53 @@ def skim(text: bytes | bytearray, end: int, *, hip: bool = False) -> bytes | Non
     if hip:  # two searches: back to document order, each event once
         spans.sort()
         spans = [s for i, s in enumerate(spans) if i == 0 or s[0] >= spans[i - 1][1]]
+    if spans and _ARRAY_OF_OBJECTS.search(text, 1 if text[:1] == b"[" else 0, end) and not _top_level(text, spans):
+        return None
     return b"[" + b",".join([text[a:b] for a, b in spans]) + b"]"
+
+
+def _starts_event(text: bytes | bytearray, start: int) -> bool:
+    """Does the `{` at `start` follow the piece's start (or its `[`), or a `}` and a comma?
+    (`_gpuscan.c` asks the same of every event it reads.)"""
+    first = 1 if text[:1] == b"[" else 0
+    head = text[max(first, start - 16) : start].rstrip(_JSON_WS)  # (Kineto's `},\n  {`: one look)
+    if head.endswith(b","):
+        before = head[:-1].rstrip(_JSON_WS)
+        if before:
+            return before.endswith(b"}")
+    elif head:
+        return False
+    at = _before_ws(text, start, first)  # (whitespace longer than the look)
+    if at == first:
+        return True
+    if text[at - 1] != ord(","):
+        return False
+    at = _before_ws(text, at - 1, first)
+    return at > first and text[at - 1] == ord("}")
+
+
+def _before_ws(text: bytes | bytearray, i: int, floor: int) -> int:
+    """Where the JSON whitespace that ends at `i` starts (not before `floor`), 64 bytes at a time."""
+    while i > floor:
+        lo = max(floor, i - 64)
+        kept = len(text[lo:i].rstrip(_JSON_WS))
+        if kept:
+            return lo + kept
+        i = lo
+    return floor
+
+
+def _top_level(text: bytes | bytearray, spans: list[tuple[int, int]]) -> bool:
+    """Is each span one of the events of the piece, and all before the last one JSON? The piece up
+    to its last span, each span replaced by `0`, must decode as a list whose `0`s are those."""
+    parts: list[bytes | bytearray] = [b"["]
+    at = 1 if text[:1] == b"[" else 0  # (the parallel reader's pieces open with their bracket)
+    for a, b in spans:
+        parts += (text[at:a], b"0")
+        at = b
+    parts.append(b"]")
+    try:
+        top = _TOP.decode(b"".join(parts))
+    except (msgspec.DecodeError, RecursionError):  # (a ValidationError too: an event that is no object)
+        return False
+    return top.count(0) == len(spans)
