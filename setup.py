@@ -14,14 +14,16 @@ REQUIRED = os.environ.get("WARPWATCH_REQUIRE_NATIVE", "") == "1"
 FLAGS = ["-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
 
 
-def extension(name: str, source: str) -> Extension:
-    return Extension(name, [source], extra_compile_args=FLAGS, define_macros=[("_GNU_SOURCE", "1")],
-                     optional=not REQUIRED)
+def extension(name: str, source: str, headers: tuple[str, ...] = ()) -> Extension:
+    # `depends`: a changed header rebuilds the module, and the sdist carries it
+    return Extension(name, [source], depends=list(headers), extra_compile_args=FLAGS,
+                     define_macros=[("_GNU_SOURCE", "1")], optional=not REQUIRED)
 
 
 setup(
     ext_modules=[
-        extension("warpwatch.trace._gpuscan", "agent/warpwatch/trace/_gpuscan.c"),
+        extension("warpwatch.trace._gpuscan", "agent/warpwatch/trace/_gpuscan.c",
+                  ("agent/warpwatch/trace/_gpuscan_json.h",)),
         extension("warpwatch._windowmath", "agent/warpwatch/_windowmath.c"),
     ]
 )

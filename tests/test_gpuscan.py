@@ -20,10 +20,13 @@ import msgspec
 import pytest
 
 from conftest import HTA, SHARED_TRACES
+from trace_oracle import check_piece as check
+from trace_oracle import compiled, fields, python_skim
+from trace_oracle import strict_piece as strict
 from warpwatch.membudget import ReadLimits
 from warpwatch.model import KernelLaunch
 from warpwatch.trace import parse_trace, skim
-from warpwatch.trace.schema import PART, PART_FAST, Interned, scan
+from warpwatch.trace.schema import Interned
 
 native: Any = pytest.importorskip("warpwatch.trace._gpuscan", reason="never skipped in CI: see the first test")
 
@@ -39,58 +42,6 @@ CPU = [e for e in EVENTS if b'"cat": "cpu_op"' in e][:6]
 def piece(event: bytes) -> bytes:
     """Real events around `event`, as Kineto lays them out (one per line)."""
     return b",\n  ".join([SPAN, *CPU[:3], KERNEL, MEMCPY, event, *CPU[3:], KERNEL])
-
-
-def fields(launches: list[KernelLaunch], correlations: list[int], span: Any, lo: float, hi: float) -> str:
-    return repr((launches, correlations, span, lo, hi))
-
-
-def strict(text: bytes) -> str | None:
-    """What the Python reader makes of the piece decoded whole; None: it is an error there."""
-    data = b"[" + text + b"]"
-    try:
-        try:
-            events, fast = PART_FAST.decode(data), True
-        except msgspec.ValidationError:
-            events, fast = PART.decode(data), False
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    s = scan(events, fast, Interned())
-    if s.bad is not None or s.span_bad is not None or s.hip_calls:
-        return None
-    return fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
-
-
-def compiled(text: bytes) -> str | None:
-    interned = Interned()
-    got = native.scan(text, len(text), KernelLaunch, interned.names, interned.dims)
-    return None if got is None else fields(*got)
-
-
-def python_skim(text: bytes) -> str | None:
-    """What the Python reader makes of the piece when it skims it (None: it reads it whole)."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(skim, "NATIVE", False)
-        s = skim.skim_scan(text, len(text), Interned())
-    if s is None or s.bad is not None or s.span_bad is not None:
-        return None
-    return fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
-
-
-def check(text: bytes) -> bool:
-    """The contract on one piece; True when the compiled scanner answered.
-
-    Its answer is the strict reading's. Where the piece is invalid JSON outside the GPU events
-    (an edit that makes a kernel's category `"kernel, `, say), neither skimming reader decodes it
-    (skim.py's documented price): then its answer is the Python skim's, never one of its own."""
-    got = compiled(text)
-    if got is None:
-        return False
-    expected = strict(text)
-    if expected is None:
-        expected = python_skim(text)
-    assert got == expected, text.decode("utf-8", "replace")[:3000]
-    return True
 
 
 def test_the_compiled_scanner_is_built_and_used() -> None:

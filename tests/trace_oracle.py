@@ -50,7 +50,8 @@ def small_pieces() -> Iterator[None]:
         pieces.SEARCH_BYTES, streams.READ_BYTES, parallel.PARALLEL_MIN_BYTES = saved
 
 
-def _fields(launches: Any, correlations: Any, span: Any, lo: float, hi: float) -> str:
+def fields(launches: Any, correlations: Any, span: Any, lo: float, hi: float) -> str:
+    """A reading, by `repr`: 1 and 1.0, or 0.0 and -0.0, differ."""
     return repr((launches, correlations, span, lo, hi))
 
 
@@ -67,10 +68,18 @@ def strict_piece(text: bytes) -> str | None:
     s = scan(events, fast, Interned())
     if s.bad is not None or s.span_bad is not None or s.hip_calls:
         return None
-    return _fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
+    return fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
+
+
+def compiled(text: bytes) -> str | None:
+    """The compiled scanner's reading of the piece (None: it sends the piece to Python)."""
+    interned = Interned()
+    got = _native.scan(text, len(text), KernelLaunch, interned.names, interned.dims)
+    return None if got is None else fields(*got)
 
 
 def python_skim(text: bytes) -> str | None:
+    """What the Python reader makes of the piece when it skims it (None: it reads it whole)."""
     saved = skim.NATIVE
     skim.NATIVE = False
     try:
@@ -79,21 +88,24 @@ def python_skim(text: bytes) -> str | None:
         skim.NATIVE = saved
     if s is None or s.bad is not None or s.span_bad is not None:
         return None
-    return _fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
+    return fields(s.launches, s.correlations, s.span, s.gpu_lo, s.gpu_hi)
 
 
 def check_piece(text: bytes) -> bool:
-    """The compiled scanner's contract on one piece; True when it answered."""
+    """The compiled scanner's contract on one piece; True when it answered.
+
+    Its answer is the strict reading's. Where the piece is invalid JSON outside the GPU events
+    (an edit that makes a kernel's category `"kernel, `, say), neither skimming reader decodes it
+    (skim.py's documented price): then its answer is the Python skim's, never one of its own."""
     if _native is None:
         return False
-    interned = Interned()
-    got = _native.scan(text, len(text), KernelLaunch, interned.names, interned.dims)
+    got = compiled(text)
     if got is None:
         return False
     expected = strict_piece(text)
     if expected is None:
         expected = python_skim(text)
-    assert _fields(*got) == expected, ("the compiled scanner's answer is not Python's", text[:2000])
+    assert got == expected, ("the compiled scanner's answer is not Python's", text[:2000])
     return True
 
 
@@ -161,7 +173,7 @@ def seeds(max_bytes: int = 6_000) -> list[bytes]:
                 size += len(e) + 4
             if run:
                 out.append(b",\n  ".join(run))
-    import test_gpuscan as edits  # (its module-level cases; it imports nothing of this one)
+    import test_gpuscan as edits  # (its module-level cases: imported here, after this module)
 
     out += [edits.piece(e) for e in edits.ANSWERED + edits.REFUSED + edits.NESTED]
     return out

@@ -192,8 +192,7 @@ class _Reader:
             target = min(target, len(self.buf) - edge)
         at = max(0, target - SEARCH_BYTES)
         form = _INDENTED if self.skimming else _NEWLINE
-        wrong: str | None = None
-        """How the last wrong cut failed to decode."""
+        wrong: str | None = None  # how the last wrong cut failed to decode (for the error)
         tries = 0
         while True:
             cut = self.find_cut(at, form)
