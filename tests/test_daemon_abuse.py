@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import socket
-import struct
 import tempfile
 import threading
 import time
@@ -18,14 +17,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from daemonpeer import fake_client, req
 from warpwatch import metricdefs as md
 from warpwatch.capture import daemon_clients, daemon_window
 from warpwatch.capture.daemon import KinetoDaemonSource, encode_message
+from warpwatch.capture.daemon_files import TraceFiles
 from warpwatch.selfmetrics import AgentCollector
-
-
-def req(pid: int) -> bytes:
-    return encode_message("req", struct.pack("<iiqi", 3, 1, 0, pid))
 
 
 @pytest.fixture
@@ -39,10 +36,7 @@ def root() -> Iterator[Path]:
 
 
 def client(root: Path, name: str) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(str(root / "s" / name))
-    s.settimeout(2)
-    return s
+    return fake_client(str(root / "s" / name))
 
 
 def test_a_client_that_missed_its_poll_is_waited_for_at_most_the_fixed_bound(
@@ -58,7 +52,7 @@ def test_a_client_that_missed_its_poll_is_waited_for_at_most_the_fixed_bound(
         for i in range(2):
             if i:
                 time.sleep(3.0)
-            c.sendto(req(os.getpid()), daemon)
+            c.sendto(req(3, [os.getpid()]), daemon)
             c.recv(4096)
         [registered] = src.clients()
         assert registered.poll_interval_s is not None and registered.poll_interval_s >= 3.0
@@ -80,7 +74,7 @@ def test_a_missed_poll_lengthens_one_gap_not_the_clients_interval(root: Path) ->
     try:
         for pause in (0.0, 0.2, 0.2, 1.5):  # three regular polls, then one late
             time.sleep(pause)
-            c.sendto(req(os.getpid()), daemon)
+            c.sendto(req(3, [os.getpid()]), daemon)
             c.recv(4096)
         [registered] = src.clients()
         # The median of (0.2, 0.2, 1.5) s, raised to Kineto's shortest interval; not the late gap.
@@ -102,7 +96,7 @@ def test_fake_senders_cost_a_few_log_lines_a_bounded_registry_and_are_counted(
     senders = [client(root, f"fake{i}") for i in range(80)]
     try:
         for i, s in enumerate(senders):
-            s.sendto(req(1000 + i), daemon)
+            s.sendto(req(3, [1000 + i]), daemon)
             s.recv(4096)  # answered, all of them
         for _ in range(7):
             senders[0].sendto(b"junk", daemon)
@@ -155,7 +149,7 @@ def test_the_daemon_thread_survives_a_flood(root: Path) -> None:
         stop.set()
         t.join(5)
         good = client(root, "good")
-        good.sendto(req(os.getpid()), daemon)
+        good.sendto(req(3, [os.getpid()]), daemon)
         assert good.recv(4096) == encode_message("req")
         good.close()
         assert src.stats().dropped["malformed"] > 100
@@ -163,3 +157,29 @@ def test_the_daemon_thread_survives_a_flood(root: Path) -> None:
         stop.set()
         c.close()
         src.close()
+
+
+def test_sweeping_many_abandoned_windows_lists_the_trace_folder_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each abandoned stem was looked for with its own glob, a listing of the whole folder: ten
+    minutes of windows whose clients never wrote (a flood of fake senders gets configs too) made
+    every sweep thousands of listings. The files deleted are still exactly `<stem>_*` ones."""
+    files = TraceFiles(tmp_path, delete_processed=True)
+    for i in range(200):
+        files.abandon(f"warpwatch_w-{i}")
+    late = [tmp_path / "warpwatch_w-7_123.json", tmp_path / "warpwatch_w-7_123.json.tmp"]
+    keep = [tmp_path / "warpwatch_w-700_1.json", tmp_path / "warpwatch_w-7.json", tmp_path / "other_w-7_1.json"]
+    for path in [*late, *keep]:
+        path.write_text("{}")
+    listings = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: object) -> object:
+        listings.append(path)
+        return real_scandir(path)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "scandir", counting_scandir)
+    files.sweep()
+    assert len(listings) == 1
+    assert [p.exists() for p in late] == [False, False]
+    assert [p.exists() for p in keep] == [True, True, True]

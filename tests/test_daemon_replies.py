@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from daemonpeer import Peer, assert_kineto_trace, fake_client, needs_torch, open_peer, ready_pids, req, wait_for
+from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import HEADER, KinetoDaemonSource
+from warpwatch.capture.daemon_window import Served, Window
 from warpwatch.capture.daemon_wire import daemon_path, reply_is_safe
 
 
@@ -188,4 +191,81 @@ def test_a_client_that_cannot_be_delivered_to_three_times_in_a_row_is_dropped(pe
     finally:
         mute.close()
         good.close()
+        src.close()
+
+
+# -- configs taken back, and a serving thread that stops ------------------------------------
+
+
+def test_a_config_taken_back_does_not_hand_its_file_name_to_another_client() -> None:
+    """A config whose reply went stale is taken back (the client polls again and is offered
+    anew). The stems were numbered by how many clients held one, so after a take-back the next
+    offer repeated the stem of a client still served: two clients wrote `<stem>_<pid>.json`,
+    either could be read as the other's, and the first window done deleted both files."""
+    window = Window.open("w1", 300, [], 1.0, 5.0, now=0.0)
+    held = {}
+    for key in ("/s/a", "/s/b"):
+        stem = window.offer(key, True, 0.0)
+        assert stem is not None
+        held[key] = stem
+        window.served[key] = Served(key, 1, stem, (0.0, 0.0), 0.0)
+    del window.served["/s/a"]  # daemon_serve._undeliver: a's reply was not sent
+    again = window.offer("/s/a", True, 0.1)
+    assert again is not None and again != held["/s/b"]
+    newcomer = window.offer("/s/c", True, 0.1)
+    assert newcomer not in (held["/s/b"], again)
+
+
+def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
+        peer: Peer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception out of the serving thread ended it with a traceback and left the source
+    looking alive: every later window waited for clients nobody answered, without a word. Now
+    the window fails with the reason and the source binds its socket afresh for the next."""
+    src = peer.source()
+    src.start()
+    client = fake_client(str(peer.socket_dir / "c"))
+    try:
+        def broken_receive() -> None:
+            raise RuntimeError("receive exploded")
+
+        monkeypatch.setattr(src._socket, "receive", broken_receive)
+        client.sendto(req(3, [os.getpid()]), str(peer.socket_dir / "dynolog"))
+        wait_for(lambda: src._thread is not None and not src._thread.is_alive(), 10, "the thread to end")
+        [window] = src.capture(0.1, 0.5)
+        assert window.outcome == "failed"
+        assert window.error is not None and "RuntimeError: receive exploded" in window.error
+        monkeypatch.undo()  # the fault is gone: the source answers again, on a socket bound afresh
+        client.sendto(req(3, [os.getpid()]), str(peer.socket_dir / "dynolog"))
+        assert client.recv(4096) == HEADER.pack(0, b"req")
+        assert [c.pid for c in src.clients()] == [os.getpid()]
+    finally:
+        client.close()
+        src.close()
+
+
+def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(
+        peer: Peer) -> None:
+    """Every sender with the trace bit that polled while a window accepted was served a config,
+    however many: each one then cost a file looked for on every pass of the window and a stem
+    kept for ten minutes. Here 12 fresh senders come while the window for no known client
+    accepts, with room for 4."""
+    src = peer.source(max_clients=4, start_lead_s=0.5)
+    src.start()
+    daemon = str(peer.socket_dir / "dynolog")
+    senders = [fake_client(str(peer.socket_dir / f"new{i}")) for i in range(12)]
+    results: list[list[CapturedWindow]] = []
+    capture = threading.Thread(target=lambda: results.append(src.capture(0.1, 0.5)))
+    try:
+        capture.start()
+        wait_for(lambda: src._responder.window is not None, 5, "the window to open")
+        configs = 0
+        for i, s in enumerate(senders):
+            s.sendto(req(3, [20_000 + i]), daemon)
+            configs += len(s.recv(4096)) > HEADER.size
+        capture.join(timeout=30)
+        assert configs == 4
+        assert [w.outcome for w in results[0]] == ["timed_out"] * 4
+    finally:
+        for s in senders:
+            s.close()
         src.close()

@@ -320,6 +320,30 @@ def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standi
     assert theirs.exists()
 
 
+def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vllm_rank(
+    trace_dir: Path, standins: list[StandIn]
+) -> None:
+    """vLLM's names carry no session id: while a timed-out window's session stayed open for its
+    late ranks, any new trace file was taken as one of them, so a person's profile written into
+    the folder meanwhile was read and deleted. Each worker writes one file per session: a second
+    file of a worker already handed over is someone else's."""
+    server = _vllm(standins, trace_dir, write_ranks=(0,))
+    src = VllmSource(server.url, trace_dir, delete_processed=True, expected_files=2,
+                     **{**FAST, "flush_timeout_s": 0.3})
+    first, missing = src.capture(0.05, 10)  # two workers expected: rank 1's file is late
+    assert first.path is not None and missing.outcome == "timed_out"
+    theirs = trace_dir / f"{server.instance_id}-rank-0.{time.time_ns()}.pt.trace.json.gz"
+    ours = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
+    shutil.copy(ALEXNET, theirs)
+    shutil.copy(ALEXNET, ours)
+    paths: list[Path | None] = []
+    for _ in range(5):  # a file is handed over once it was seen unchanged twice
+        paths += [w.path for w in src.capture(0.05, 10)]
+        time.sleep(0.05)
+    assert ours in paths and theirs not in paths
+    assert theirs.exists()
+
+
 def test_expected_files_all_present_returns_early(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _sglang(standins, trace_dir)
     src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=20, **FAST)
@@ -348,6 +372,21 @@ def test_server_goes_away_mid_window(
     t = time.monotonic()
     assert src.capture(0.4, 10) == []  # backing off: no connection attempt, no wait
     assert time.monotonic() - t < 0.1
+
+
+def test_retries_of_a_stop_to_a_server_gone_stay_within_the_windows_budget(
+    trace_dir: Path, standins: list[StandIn]
+) -> None:
+    """The stop's retries (for a server that refuses connections) paused 1 + 2 + 4 s whatever
+    the window's budget after its stop (here the service's time-out, 1 s), so capture() ran 6 s
+    past it and the service's bound on the round. Now no retry starts after the budget is out."""
+    server = _vllm(standins, trace_dir)
+    src = VllmSource(server.url, trace_dir, max_retries=3, retry_pause_s=1.0, poll_interval_s=0.05)
+    threading.Timer(0.1, server.go_away).start()
+    t = time.monotonic()
+    [w] = src.capture(0.3, 1.0)
+    assert time.monotonic() - t < 0.3 + 1.0 + 1.0  # window + budget + generous slack
+    assert w.outcome == "failed" and w.error is not None and "went away mid-window" in w.error
 
 
 def test_unreachable_server_fails_and_backs_off(trace_dir: Path, standins: list[StandIn]) -> None:

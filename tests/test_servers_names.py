@@ -18,7 +18,7 @@ from engines.threaded import Recorded, SglangStandIn
 from warpwatch import metricdefs as md
 from warpwatch.capture.registry import build_source
 from warpwatch.capture.servers import FILE_KINDS, SKIP_REASONS, SglangSource, VllmSource
-from warpwatch.capture.sglang import _ranks, parse_version
+from warpwatch.capture.sglang import _ranks, _staged, parse_version
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
 from warpwatch.selfmetrics import AgentCollector
@@ -93,6 +93,23 @@ S = SglangSource("http://h:1", "/tmp/unused")
 def test_sglang_names(name: str, labels: dict[str, str]) -> None:
     assert S._is_trace_name(name)
     assert S._labels_for(name) == labels
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "1723456789.123-TP-1-ForwardMode.EXTEND.trace.json.gz",  # 0.4.7 era: f"-{stage}", Python 3.10
+        "1723456789.123-TP-1-2.trace.json.gz",  # DECODE on Python 3.11+, where an IntEnum prints as its value
+        "1723456789.123-TP-1-DECODE.trace.json.gz",  # later v1
+        "1723456789.123-TP-1-DP-0-decode.trace.json.gz",  # v2
+    ],
+)
+def test_sglang_by_stage_names_as_each_version_and_python_spell_the_stage(name: str) -> None:
+    """scheduler_profiler_mixin.stop_profile appends f"-{stage.__str__()}" of a ForwardMode, an
+    IntEnum: what that prints changed with Python 3.11. Every spelling is a by-stage file."""
+    assert S._is_trace_name(name) and _staged(name)
+    assert S._labels_for(name)["rank"] == "1"
+    assert not _staged("1723456789.123-TP-1.trace.json.gz") and not _staged("1723456789.123-TP-1-DP-0.trace.json.gz")
 
 
 def test_sglang_names_that_are_not_traces() -> None:

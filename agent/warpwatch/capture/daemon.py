@@ -178,6 +178,18 @@ class KinetoDaemonSource:
         self._socket.close()
         self._files.sweep(everything=True)
 
+    def _restart(self, broken: str) -> CapturedWindow:
+        """The serving thread has ended (`Responder.serve`): this window fails with the reason,
+        and the socket is bound afresh for the next one (clients register again with their next
+        poll), so that one failure does not end the source for good."""
+        self.close()
+        try:
+            self.start()
+        except CaptureError as exc:
+            return CapturedWindow(self.name, None, {}, None, f"{broken}; binding the socket again: {exc}", "failed")
+        log.warning("%s: answering again after: %s", self.name, broken)
+        return CapturedWindow(self.name, None, {}, None, broken, "failed")
+
     # ------------------------------------------------------------------ registry
 
     def clients(self) -> list[DaemonClient]:
@@ -229,19 +241,21 @@ class KinetoDaemonSource:
         every served client has delivered its file or given up: at most about one poll
         interval + `start_lead_s` + `window_s` + `timeout_s` (at least `KINETO_FINISH_S`).
         Clients that were ready but did not collect their config come back as "timed_out"
-        windows without a file.
+        windows without a file. If the serving thread has ended, one "failed" window says why
+        and the socket is bound afresh (`_restart`).
         """
         if not (math.isfinite(window_s) and 0 < window_s * 1000 <= MAX_WINDOW_MS):
             raise ConfigError(f"window: {window_s!r} s must be positive and at most {MAX_WINDOW_MS // 1000} s")
         if self._thread is None:
             raise CaptureError(f"{self.name}: capture() before start()")
-        if self._responder.broken is not None:
-            return [CapturedWindow(self.name, None, {}, None, self._responder.broken, "failed")]
+        if (broken := self._responder.broken) is not None:
+            return [self._restart(broken)]
         self._files.sweep()
         with self._lock:
             self._window_seq += 1
             window = Window.open(f"{int(time.time() * 1000)}-{self._window_seq}", max(1, round(window_s * 1000)),
-                                 self._clients.values(), self.poll_interval_hint_s, timeout_s, time.monotonic())
+                                 self._clients.values(), self.poll_interval_hint_s, timeout_s, time.monotonic(),
+                                 max_newcomers=self._clients.max_clients)
             self._responder.window = window
         limit = self.start_lead_s + window_s + max(timeout_s, daemon_window.KINETO_FINISH_S)
         results: dict[Address, CapturedWindow] = {}

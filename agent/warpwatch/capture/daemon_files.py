@@ -27,7 +27,7 @@ class TraceFiles:
         self.trace_dir = trace_dir
         self.delete_processed = delete_processed
         self._lock = threading.Lock()
-        self._abandoned: list[tuple[str, float]] = []  # (stem, retry until, monotonic)
+        self._abandoned: dict[str, float] = {}  # stem -> retry until (monotonic)
 
     def find(self, stem: str, pid: int) -> Path | None:
         """The window's file: any entry but a directory (links and FIFOs too, never followed or
@@ -45,23 +45,23 @@ class TraceFiles:
         def done(processed: bool) -> None:
             # Nothing else will ever read these files: delete them whether or not analysed.
             if self.delete_processed:
-                _delete_stem(self.trace_dir, stem)
+                _delete_stems(self.trace_dir, {stem})
 
         return done
 
     def abandon(self, stem: str) -> None:
         """A late file from a slow or refused trace must not stay behind: delete it when it comes."""
         with self._lock:
-            self._abandoned.append((stem, time.monotonic() + ABANDONED_KEEP_S))
+            self._abandoned[stem] = time.monotonic() + ABANDONED_KEEP_S
 
     def sweep(self, everything: bool = False) -> None:
         """Delete files of abandoned windows; keep retrying for a while, as Kineto may be late."""
         now = time.monotonic()
         with self._lock:
-            items = self._abandoned
-            self._abandoned = [] if everything else [a for a in items if now < a[1]]
-        for stem, _until in items:
-            _delete_stem(self.trace_dir, stem)
+            stems = set(self._abandoned)
+            self._abandoned = {} if everything else {s: t for s, t in self._abandoned.items() if now < t}
+        if stems:
+            _delete_stems(self.trace_dir, stems)
 
 
 def _is_entry(path: Path) -> bool:
@@ -71,7 +71,15 @@ def _is_entry(path: Path) -> bool:
         return False
 
 
-def _delete_stem(trace_dir: Path, stem: str) -> None:
-    for leftover in trace_dir.glob(f"{stem}_*"):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
+def _delete_stems(trace_dir: Path, stems: set[str]) -> None:
+    """Delete every `<stem>_*` entry of `stems`, listing the folder once however many stems there
+    are (ten minutes of abandoned windows can be thousands)."""
+    try:
+        with os.scandir(trace_dir) as entries:
+            names = [e.name for e in entries]
+    except OSError:
+        return
+    for name in names:
+        if any(name[:i] in stems for i, char in enumerate(name) if char == "_"):
+            with contextlib.suppress(OSError):
+                (trace_dir / name).unlink()

@@ -50,7 +50,6 @@ BATCH = 256
 
 @dataclass
 class Counters:
-    datagrams: int = 0
     malformed: int = 0
     configs_sent: int = 0
     socket_renewals: int = 0
@@ -82,7 +81,22 @@ class Responder:
         self._client_lines = RepeatFilter(CLIENT_LOG_INTERVAL_S)
 
     def serve(self, wake: socket.socket, stop: threading.Event) -> None:
-        """The serving thread: answer datagrams until `stop` is set and `wake` is written to."""
+        """The serving thread: answer datagrams until `stop` is set and `wake` is written to.
+
+        It never ends with a traceback: whatever stops it early is kept in `broken`, which the
+        source's `capture` reports as a failed window (else windows would wait for answers that
+        nobody sends any more)."""
+        try:
+            self._serve(wake, stop)
+        except Exception as exc:
+            self.broken = f"{self.name}: the daemon thread stopped: {type(exc).__name__}: {exc}"
+            log.error("%s", self.broken, exc_info=exc)
+            return
+        if not stop.is_set() and self.broken is None:
+            self.broken = f"{self.name}: the daemon socket {self._socket.address} stopped answering"
+            log.error("%s", self.broken)
+
+    def _serve(self, wake: socket.socket, stop: threading.Event) -> None:
         while not stop.is_set():
             sock = self._socket.sock
             if sock is None:
@@ -143,7 +157,6 @@ class Responder:
                           reason=f"silent for {self.client_ttl_s:g}s")
 
     def _handle(self, data: bytes, flags: int, sender: Address | None, arrived: float) -> None:
-        self.counters.datagrams += 1
         if flags & socket.MSG_TRUNC or not sender or sender in (b"", "\0"):
             self.counters.malformed += 1
             return

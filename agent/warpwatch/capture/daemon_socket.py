@@ -67,6 +67,10 @@ class DaemonSocket:
             self._bind(sock)
             # The kernel's arrival time of each datagram tells how old a request is (see receive).
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError as exc:  # the bound file vanished before its stat, or the option was refused
+            sock.close()
+            self._unlink_own()
+            raise CaptureError(f"{self.source_name}: cannot bind {self.address}: {exc}") from exc
         except BaseException:
             sock.close()
             raise

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import CapturedWindow
-from .daemon_clients import Client
+from .daemon_clients import MAX_CLIENTS, Client
 from .daemon_files import TraceFiles
 from .daemon_wire import Address
 
@@ -55,10 +55,18 @@ class Window:
     served: dict[Address, Served] = field(default_factory=dict)
     busy: set[Address] = field(default_factory=set)
     accepting: bool = True
+    offered: int = 0
+    """File stems handed out so far: each offer gets a new one, even after a config was taken
+    back (`served` shrinks then), so no two clients ever share a stem and its files."""
+    max_newcomers: int = MAX_CLIENTS
+    """Configs for senders not `expected` at opening: each costs a file looked for on every pass
+    of `capture` and a stem swept for `ABANDONED_KEEP_S`, so a flood of fresh sender addresses
+    during the accept period must not make them unbounded. The expected are always served."""
+    newcomers: int = 0
 
     @classmethod
     def open(cls, window_id: str, duration_ms: int, clients: Iterable[Client], hint_s: float,
-             timeout_s: float, now: float) -> Window:
+             timeout_s: float, now: float, max_newcomers: int = MAX_CLIENTS) -> Window:
         """A window over the `clients` ready now; with none, it waits for a newcomer at most
         `accept_s(hint_s)` and `timeout_s` (but half a second at least)."""
         expected = {c.key: (c.pids[0], accept_s(c.wait_interval(hint_s)))
@@ -66,7 +74,7 @@ class Window:
         accept_for = max((wait for _pid, wait in expected.values()), default=0.0)
         if not expected:
             accept_for = min(accept_s(hint_s), max(timeout_s, 0.5))
-        return cls(window_id, duration_ms, now, now + accept_for, expected)
+        return cls(window_id, duration_ms, now, now + accept_for, expected, max_newcomers=max_newcomers)
 
     def offer(self, sender: Address, can_trace: bool, now: float) -> str | None:
         """The file stem to serve `sender` a config under now, or None ("nothing to do")."""
@@ -78,7 +86,12 @@ class Window:
             return None
         if now > self.accept_until:
             return None
-        return f"warpwatch_{self.window_id}-{len(self.served)}"
+        if sender not in self.expected:
+            if self.newcomers >= self.max_newcomers:
+                return None
+            self.newcomers += 1  # per offer: the bound is on the work, whoever asks
+        self.offered += 1
+        return f"warpwatch_{self.window_id}-{self.offered - 1}"
 
     def settle(self, now: float) -> None:
         """Stop accepting once the longest wait is over, or every expected client is served or

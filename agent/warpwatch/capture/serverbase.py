@@ -239,7 +239,7 @@ class ProfilingServerSource(SessionFiles):
 
         budget = self._budget(timeout_s)
         deadline = time.monotonic() + budget
-        stop_error = self._stop(budget)
+        stop_error = self._stop(budget, deadline)
         if stop_error is not None:
             return [*out, stop_error]
         # One quiet poll is enough where the stop answered after the files were written; else
@@ -320,11 +320,12 @@ class ProfilingServerSource(SessionFiles):
             return self._refuse(reason, f"POST /start_profile -> {error}")
         return self._fail_and_back_off(f"POST /start_profile -> {error}")
 
-    def _stop(self, budget: float) -> CapturedWindow | None:
-        """Send stop_profile; a failed window when the window is lost, else None."""
+    def _stop(self, budget: float, deadline: float) -> CapturedWindow | None:
+        """Send stop_profile, retries included, by `deadline` (the collection's: the window's
+        time after its stop is `budget` in all); a failed window when the window is lost."""
         self._stop_answered = False
         try:
-            reply = self._client.request("POST", "/stop_profile", self._stop_body(), budget)
+            reply = self._client.request("POST", "/stop_profile", self._stop_body(), budget, deadline)
         except RequestFailed as exc:
             if exc.timed_out:
                 # Still flushing: the files may yet appear; collect what is there.

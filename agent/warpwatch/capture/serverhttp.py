@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -115,14 +116,19 @@ class ServerClient:
         self._closed = closed
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
-    def request(self, method: str, path: str, body: bytes | None, timeout: float) -> Reply:
-        """One request, retried while the attempts never reached the server."""
+    def request(self, method: str, path: str, body: bytes | None, timeout: float,
+                deadline: float | None = None) -> Reply:
+        """One request, retried while the attempts never reached the server; with a `deadline`
+        (a `time.monotonic()` time), no attempt waits past it and no retry starts after it."""
         attempt = 0
         while True:
+            left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
             try:
-                return self.request_once(method, path, body, timeout)
+                return self.request_once(method, path, body, max(left, 0.001))
             except RequestFailed as exc:
-                if exc.delivered or attempt >= self.max_retries or self._closed.is_set():
+                pause = self.retry_pause_s * (2**attempt)
+                late = deadline is not None and time.monotonic() + pause >= deadline
+                if exc.delivered or attempt >= self.max_retries or self._closed.is_set() or late:
                     if attempt:
                         raise RequestFailed(
                             f"{exc} (after {attempt + 1} attempts)",
@@ -130,7 +136,6 @@ class ServerClient:
                             timed_out=exc.timed_out,
                         ) from None
                     raise
-                pause = self.retry_pause_s * (2**attempt)
                 log.debug("%s: %s %s: %s; retrying in %.2f s", self.name, method, path, exc, pause)
                 attempt += 1
                 if self._closed.wait(pause):

@@ -22,8 +22,10 @@ replays them):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from .serverbase import ProfilingServerSource
+from .serversession import Session
 
 __all__ = ["VllmSource"]
 
@@ -71,6 +73,17 @@ class VllmSource(ProfilingServerSource):
             return labels
         r = _V1_RANK.search(worker) or _BARE_RANK.search(worker)
         return {"rank": r.group("rank")} if r else {"process": worker}
+
+    def _late_filter(self, session: Session) -> Callable[[str], bool] | None:
+        # vLLM's names carry no session id, but each worker writes one file per session: once
+        # a worker's file is handed over, a later file of that worker is another session's (a
+        # person's profile in the same folder), not to be read or deleted here.
+        base = session.accept
+
+        def worker_still_due(name: str) -> bool:
+            return _worker(name) not in {_worker(n) for n in session.handed} and (base is None or base(name))
+
+        return worker_still_due
 
     def _enable_hint(self) -> str:
         return (
