@@ -219,6 +219,20 @@ def test_a_request_followed_by_a_half_close_is_answered(server: HttpServer) -> N
     assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"ok\n")
 
 
+def test_pipelined_requests_followed_by_a_half_close_are_all_answered(server: HttpServer) -> None:
+    data = exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3, "half_close")
+    assert data.count(b"HTTP/1.1 200 ") == 3 and data.endswith(b"ok\n"), data
+
+
+def test_an_http_2_request_line_is_refused_in_http_1_1(server: HttpServer) -> None:
+    """llhttp passes "HTTP/2.0" to the handler, and aiohttp echoes the request's version in its
+    status line: "HTTP/2.0 505" is no HTTP/1 response (hypothesis found it now and then)."""
+    for ending in ("half_close", "leave_open"):
+        data = exchange(server.port, b"GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n", ending)
+        assert data.startswith(b"HTTP/1.1 505 "), data[:200]
+        assert data.endswith(b"HTTP/1.0 or HTTP/1.1 only\n")
+
+
 def test_a_request_the_parser_refuses_is_counted_and_logged_in_one_line(server: HttpServer, logs: Collected) -> None:
     before = server.rejected["bad_request"]
     n = len(logs.lines)

@@ -153,6 +153,7 @@ def test_the_agent_keeps_serving_and_reading_traces_under_1200_idle_connections(
             connections = value(body, "warpwatch_http_connections")
             assert connections is not None and connections <= min(256, soft_after - 64)
             assert (value(body, "warpwatch_http_rejected_total", reason="evicted") or 0) > 0
+            assert value(body, "warpwatch_http_rejected_total", reason="accept_failed") == 0  # within the plan
         assert [get(agent.port)[0] for _ in range(3)] == [200, 200, 200]
         assert any(f"event=fd_limit soft_was=256 soft={soft_after} " in line for line in agent.lines)
     finally:
@@ -163,13 +164,13 @@ def test_the_agent_keeps_serving_and_reading_traces_under_1200_idle_connections(
 
 SERVER = textwrap.dedent("""
     import signal, sys, threading
-    from warpwatch.serving import Endpoints, HttpServer, Limits
+    from warpwatch.serving import Endpoints, HttpServer, Limits, http_limits
     server = None
     def render(accept):
         text = "".join(f"rejected {reason} {n}\\n" for reason, n in sorted(server.rejected.items()))
         return text.encode(), "text/plain"
     server = HttpServer(Endpoints(render, lambda: (True, "ok")), "127.0.0.1", 0,
-                        limits=Limits(max_connections=100_000))
+                        limits=http_limits(Limits()) if sys.argv[2:] == ["sized"] else Limits(max_connections=100_000))
     server.start()
     print(f"port={server.port}", file=sys.stderr, flush=True)
     stop = threading.Event()
@@ -195,6 +196,39 @@ def test_accept_out_of_descriptors_makes_room_for_the_waiting_client() -> None:
             counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
             assert int(counts["accept_failed"]) >= 1
             assert int(counts["evicted"]) >= 1
+    finally:
+        code = server.stop()
+    assert code == 0
+    assert not [line for line in server.lines if "Traceback" in line]
+
+
+@pytest.mark.slow
+def test_a_burst_of_connections_at_the_bound_stays_within_the_descriptors_planned() -> None:
+    """At the bound, each new connection evicts an idle one, whose socket asyncio closes in a later
+    callback: accepting a whole backlog without yielding held two descriptors per place, and
+    accept() failed with EMFILE under a limit the bound was sized for (where trace files and the
+    folder listing would fail too). The server is stopped while the burst fills its backlog."""
+    server = Process([*prlimit("256:256"), sys.executable, "-c", SERVER, "60", "sized"])
+    try:
+        with idle_connections(server.port, 144) as socks:  # http_limits at 256: 144 connections
+            time.sleep(1.0)  # all of them accepted and opened
+            server.proc.send_signal(signal.SIGSTOP)
+            try:
+                for _ in range(400):
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    socks.append(s)
+                    s.bind((ATTACKER, 0))
+                    s.setblocking(False)
+                    s.connect_ex(("127.0.0.1", server.port))
+                time.sleep(0.5)
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+            time.sleep(2.0)
+            status, body = get(server.port, timeout=10.0)
+            assert status == 200
+            counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
+            assert int(counts["evicted"]) >= 400
+            assert int(counts["accept_failed"]) == 0
     finally:
         code = server.stop()
     assert code == 0

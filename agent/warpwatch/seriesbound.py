@@ -12,23 +12,24 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""
 MAX_GPUS = 64
 """GPUs exported at once when `max_gpus` is not set (config): 8 GPUs with MIG's 7 instances each fit."""
 
+V = TypeVar("V")
 
-class LruCounter:
-    """Counter values keyed by label tuples (the GPU first), bounded by dropping the least
-    recently updated."""
+
+class _Lru(Generic[V]):
+    """Values keyed by label tuples (the GPU first), bounded by dropping the least recently updated."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._values: OrderedDict[tuple[str, ...], float] = OrderedDict()
+        self._values: OrderedDict[tuple[str, ...], V] = OrderedDict()
 
-    def add(self, key: tuple[str, ...], value: float) -> None:
-        self._values[key] = self._values.get(key, 0.0) + value
+    def _touched(self, key: tuple[str, ...]) -> None:
         self._values.move_to_end(key)
         while len(self._values) > self._limit:
             self._values.popitem(last=False)
@@ -38,29 +39,30 @@ class LruCounter:
         for key in [k for k in self._values if k[0] == gpu]:
             del self._values[key]
 
+
+class LruCounter(_Lru[float]):
+    """One counter value per key."""
+
+    def add(self, key: tuple[str, ...], value: float) -> None:
+        self._values[key] = self._values.get(key, 0.0) + value
+        self._touched(key)
+
     def items(self) -> list[tuple[tuple[str, ...], float]]:
         return sorted(self._values.items())
 
 
-class LruSums:
-    """Like `LruCounter`, with a vector of counter values per key (updated together)."""
+class LruSums(_Lru[list[float]]):
+    """A vector of counter values per key (updated together)."""
 
     def __init__(self, limit: int, width: int) -> None:
-        self._limit = limit
+        super().__init__(limit)
         self._width = width
-        self._values: OrderedDict[tuple[str, ...], list[float]] = OrderedDict()
 
     def add(self, key: tuple[str, ...], values: Sequence[float]) -> None:
         row = self._values.setdefault(key, [0.0] * self._width)
         for i, v in enumerate(values):
             row[i] += v
-        self._values.move_to_end(key)
-        while len(self._values) > self._limit:
-            self._values.popitem(last=False)
-
-    def drop_gpu(self, gpu: str) -> None:
-        for key in [k for k in self._values if k[0] == gpu]:
-            del self._values[key]
+        self._touched(key)
 
     def items(self) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
         return [(k, tuple(v)) for k, v in sorted(self._values.items())]

@@ -3,8 +3,8 @@
 `Connection` is the asyncio protocol of a socket the server accepted: it forwards to aiohttp's
 request handler and enforces, per connection, what the server's module doc lists: the header
 and keep-alive deadlines (absolute: trickling bytes does not extend them), the header byte
-bound counted before parsing, the client SANs allowed on a TLS port, and half-closes (a request
-already sent before the client shut its side is still answered).
+bound counted before parsing, the client SANs allowed on a TLS port, and half-closes (requests
+already sent before the client shut its side, pipelined ones included, are still answered).
 """
 
 from __future__ import annotations
@@ -154,7 +154,9 @@ class Connection(asyncio.Protocol):
     def end_request(self) -> None:
         self.in_request = False
         self.since = time.monotonic()
-        if self.eof and not self.closed and self.transport is not None:
+        # Pipelined requests sent before the half-close wait in aiohttp's queue (a private name:
+        # should it change, only the first of them is answered, as before)
+        if self.eof and not self.closed and self.transport is not None and not getattr(self.inner, "_messages", ()):
             self.closed = True
             self.cancel_deadline()
             self.transport.close()  # after the response already written (close flushes)

@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from ..errors import WarpwatchError
 from ..logs import RepeatFilter, limited_event
@@ -215,9 +215,18 @@ class HttpServer:
             failures = 0
             sock.setblocking(False)
             peer = str(addr[0]) if isinstance(addr, tuple) else str(addr)
-            if len(self._conns) >= self.limits.max_connections and not self._evict():
-                self._refuse(sock, peer)
-                continue
+            if len(self._conns) >= self.limits.max_connections:
+                if not self._evict():
+                    self._refuse(sock, peer)
+                    continue
+                # An evicted transport closes its socket in a loop callback, and sock_accept does
+                # not yield while the backlog is full: let the close run, or a burst holds two
+                # descriptors per place (EMFILE under the limit `fds.http_limits` sized us for).
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:  # stopping: the new socket is nobody's yet
+                    sock.close()
+                    raise
             conn = Connection(self, sock, peer)
             self._conns[conn] = None
             conn.opening = asyncio.create_task(self._open(conn))
@@ -338,6 +347,12 @@ class HttpServer:
         conn.begin_request()
         try:
             if request.version not in ((1, 0), (1, 1)):  # HTTP/0.9 (llhttp reads it) and anything newer
+                if request.version > HttpVersion11:
+                    # aiohttp's status line repeats the request's version, and "HTTP/2.0 505" is no
+                    # HTTP/1 answer: reply in HTTP/1.1 (RFC 9110 15.6.6), through a copy of the
+                    # request (the original has cached its version)
+                    request = request.clone()
+                    request._version = HttpVersion11
                 response: web.StreamResponse = web.Response(
                     status=505, text="HTTP/1.0 or HTTP/1.1 only\n", headers={"Connection": "close"})
                 response.force_close()
