@@ -152,3 +152,21 @@ def fake_client(path: str | bytes, timeout_s: float = 2.0) -> socket.socket:
     s.bind(path)
     s.settimeout(timeout_s)
     return s
+
+
+def kineto_send(sock: socket.socket, data: bytes, dest: str | bytes) -> bool:
+    """Send as libkineto's `FabricManager::sync_send` does: ECONNREFUSED and EAGAIN are retried
+    10 times, 10 ms apart and doubling (nobody bound there for a moment: the agent renews a
+    clogged socket by binding its name afresh); any other error gives up this poll, as libkineto
+    does (it catches the error and logs it). ENOENT, a filesystem name unlinked for that moment, is
+    retried as well: a real client would poll again a few seconds later, and a test should not
+    wait that long. False if nothing was sent."""
+    pause = 0.01
+    for _ in range(11):
+        try:
+            sock.sendto(data, dest)
+            return True
+        except (ConnectionRefusedError, FileNotFoundError, BlockingIOError):
+            time.sleep(pause)
+            pause *= 2
+    return False

@@ -15,7 +15,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemonpeer import Peer, assert_kineto_trace, fake_client, needs_torch, open_peer, ready_pids, req, wait_for
+from daemonpeer import (
+    Peer,
+    assert_kineto_trace,
+    fake_client,
+    kineto_send,
+    needs_torch,
+    open_peer,
+    ready_pids,
+    req,
+    wait_for,
+)
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import HEADER, KinetoDaemonSource
 from warpwatch.capture.daemon_window import Served, Window
@@ -139,9 +149,9 @@ def test_senders_that_never_read_cannot_stop_the_replies_to_others(peer: Peer) -
     try:
         for s in silent:
             for _ in range(20):
-                s.sendto(req(3, [os.getpid()]), daemon)
+                kineto_send(s, req(3, [os.getpid()]), daemon)
         for _ in range(3):
-            good.sendto(req(3, [os.getpid()]), daemon)
+            assert kineto_send(good, req(3, [os.getpid()]), daemon)
             assert good.recv(4096) == HEADER.pack(0, b"req")
         stats = src.stats()
         assert stats.replies_dropped["send_failed"] > 0
