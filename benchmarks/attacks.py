@@ -3,10 +3,12 @@
     python benchmarks/attacks.py                      # this checkout's agent
     python benchmarks/attacks.py --agent-path DIR     # another checkout's agent/ (e.g. a clone of main)
     python benchmarks/attacks.py --only idle,slowloris --json out.json
+    python benchmarks/attacks.py --only issue20       # issue 20's rows (attacks20.py), in memory cgroups
 
 For each attack a fresh agent (`dir:` of an empty folder, 60 s period) is started, attacked for a
 bounded time while a normal client scrapes `/metrics` every 0.5 s (5 s time-out), sampled every
-0.25 s (RSS and PSS from /proc/PID/smaps_rollup, threads, fds), then stopped with SIGTERM. A row
+0.25 s (RSS of the agent and PSS of its process tree from /proc/PID/smaps_rollup, threads, fds),
+then stopped with SIGTERM. A row
 gives the normal client's scrape latency under attack (median / worst, and how many failed), the
 agent's peak RSS, PSS, threads and fds, its exit code and how long SIGTERM took, and what the
 attack is about. Loopback only; every loop is bounded in count and time; the attacker raises its
@@ -36,6 +38,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from memcg import tree_pss_kb  # noqa: E402  (tests/ is where the repository's process helpers live)
+
 LOOPBACK_ATTACKER = "127.0.0.2"
 """Attackers connect from here, the normal client from 127.0.0.1 (per-client fairness is by address)."""
 
@@ -63,7 +68,7 @@ class Row:
 
 class Agent:
     def __init__(self, args: list[str], agent_path: Path, *, nofile: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cgroup_procs: Path | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="ww-attack-"))
         (self.tmp / "traces").mkdir()
         cmd = [sys.executable, "-m", "warpwatch", "run", "--address", "0.0.0.0", "--port", "0",
@@ -77,6 +82,9 @@ class Agent:
         def limits() -> None:
             if nofile is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            if cgroup_procs is not None:  # joined before exec: nothing of the agent runs outside it
+                with open(cgroup_procs, "w") as fh:
+                    fh.write(str(os.getpid()))
 
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env=full_env, preexec_fn=limits)
@@ -102,7 +110,7 @@ class Agent:
             self.lines.append(line.rstrip("\n"))
 
     def footprint(self) -> tuple[float, float, int, int]:
-        """(RSS MiB, PSS MiB, threads, fds) now."""
+        """(RSS MiB of the agent, PSS MiB of its process tree, threads, fds) now."""
         pid = self.proc.pid
         rss = pss = 0.0
         threads = fds = 0
@@ -110,8 +118,7 @@ class Agent:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Rss:"):
                     rss = int(line.split()[1]) / 1024
-                elif line.startswith("Pss:"):
-                    pss = int(line.split()[1]) / 1024
+            pss = tree_pss_kb(pid) / 1024
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("Threads:"):
                     threads = int(line.split()[1])
@@ -154,8 +161,10 @@ def scrape_once(port: int, headers: dict[str, str] | None = None, timeout: float
 
 
 @contextlib.contextmanager
-def observe(agent: Agent, row: Row, headers: dict[str, str] | None = None) -> Iterator[None]:
-    """Scrape every 0.5 s and sample the footprint every 0.25 s while inside."""
+def observe(agent: Agent, row: Row, headers: dict[str, str] | None = None,
+            rss_cap: float | None = None) -> Iterator[None]:
+    """Scrape every 0.5 s and sample the footprint every 0.25 s while inside; an agent whose RSS
+    or tree PSS goes above `rss_cap` MiB is killed (SIGKILL) and the note says so."""
     stop = threading.Event()
     times: list[float] = []
 
@@ -174,6 +183,9 @@ def observe(agent: Agent, row: Row, headers: dict[str, str] | None = None) -> It
             rss, pss, threads, fds = agent.footprint()
             row.rss_mib, row.pss_mib = max(row.rss_mib, rss), max(row.pss_mib, pss)
             row.threads, row.fds = max(row.threads, threads), max(row.fds, fds)
+            if rss_cap is not None and max(rss, pss) > rss_cap and agent.proc.poll() is None:
+                agent.proc.kill()
+                row.note = f"killed above --rss-cap {rss_cap:.0f} MiB; " + row.note
             stop.wait(0.25)
 
     workers = [threading.Thread(target=scraper, daemon=True), threading.Thread(target=sampler, daemon=True)]
@@ -581,14 +593,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent-path", type=Path, default=ROOT / "agent",
                         help="the agent/ folder of the checkout to attack (default: this one)")
-    parser.add_argument("--only", default=",".join(ATTACKS), help="comma-separated: " + ",".join(ATTACKS))
-    parser.add_argument("--rss-cap", type=float, default=8192.0, help="MiB above which the agent is killed")
+    parser.add_argument("--only", default=",".join([*ATTACKS, "issue20"]),
+                        help="comma-separated: " + ",".join(ATTACKS) + ", issue20 (all of attacks20.py's) "
+                        "or any of them by name (default: all)")
+    parser.add_argument("--rss-cap", type=float, default=8192.0,
+                        help="MiB above which the agent is killed (issue 20's rows: also the memory cgroup "
+                        "each agent runs in, at most 2048)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
+    from attacks20 import ATTACKS20, ISSUE20
+
+    ATTACKS.update(ATTACKS20)
+    names = [n for name in args.only.split(",") for n in (ISSUE20 if name == "issue20" else [name])]
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker holds thousands of sockets
     rows: list[Row] = []
-    for name in args.only.split(","):
+    for name in names:
         t0 = time.monotonic()
         try:
             rows += ATTACKS[name](args.agent_path, args.rss_cap)
@@ -602,5 +622,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("attacks", sys.modules["__main__"])  # attacks20 imports this module by name
     sys.exit(main())
 
