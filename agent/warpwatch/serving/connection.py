@@ -35,6 +35,10 @@ class Limits:
     shutdown_timeout_s: float = 5.0
     refusals_in_flight: int = 64
     """Refused connections whose 503 is still being flushed; beyond, they are closed at once."""
+    evictions_per_yield: int = 1024
+    """Connections evicted at the bound whose sockets may wait for the event loop to close them
+    before the accept loop lets it (each holds its descriptor until then); `fds.http_limits`
+    lowers it to what the descriptor limit leaves."""
 
 
 _TOO_LARGE_ANSWER = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"

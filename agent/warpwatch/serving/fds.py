@@ -63,4 +63,8 @@ def http_limits(limits: Limits, soft: int | None = None) -> Limits:
     budget = max(soft - FD_RESERVE - 1, 2 * MIN_CONNECTIONS)
     refusals = min(limits.refusals_in_flight, budget // 4)
     connections = max(MIN_CONNECTIONS, min(limits.max_connections, budget - refusals))
-    return replace(limits, max_connections=connections, refusals_in_flight=refusals)
+    # Evicted sockets not yet closed: what the budget leaves, plus a quarter of the reserve (an
+    # idle agent holds about 20 of its 64).
+    evictions = max(1, min(limits.evictions_per_yield, budget - refusals - connections + FD_RESERVE // 4))
+    return replace(limits, max_connections=connections, refusals_in_flight=refusals,
+                   evictions_per_yield=evictions)

@@ -202,7 +202,7 @@ class HttpServer:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._sock is not None
-        failures = 0
+        failures = evicted = 0
         while True:
             try:
                 sock, addr = await loop.sock_accept(self._sock)
@@ -220,13 +220,19 @@ class HttpServer:
                     self._refuse(sock, peer)
                     continue
                 # An evicted transport closes its socket in a loop callback, and sock_accept does
-                # not yield while the backlog is full: let the close run, or a burst holds two
-                # descriptors per place (EMFILE under the limit `fds.http_limits` sized us for).
-                try:
-                    await asyncio.sleep(0)
-                except asyncio.CancelledError:  # stopping: the new socket is nobody's yet
-                    sock.close()
-                    raise
+                # not yield while the backlog is full: a burst would hold two descriptors per place
+                # (EMFILE under the limit `fds.http_limits` sized us for). Let the closes run once
+                # the descriptors left are taken (`evictions_per_yield`); not after each eviction
+                # wherever descriptors abound: that ran every pending callback between two accepts
+                # and left a scraper seconds in a backlog full of clients resetting connections.
+                evicted += 1
+                if evicted >= self.limits.evictions_per_yield:
+                    evicted = 0
+                    try:
+                        await asyncio.sleep(0)
+                    except asyncio.CancelledError:  # stopping: the new socket is nobody's yet
+                        sock.close()
+                        raise
             conn = Connection(self, sock, peer)
             self._conns[conn] = None
             conn.opening = asyncio.create_task(self._open(conn))
