@@ -532,6 +532,7 @@ def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
     assert password not in log and hashed not in log
 
 
+@pytest.mark.slow
 def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() -> None:
     """The Kineto daemon needs a start lead and a poll wait beyond window + collect_timeout: a source
     states that overhead, and the round's bound grows by it instead of timing the window out."""

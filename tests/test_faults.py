@@ -79,6 +79,7 @@ def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --------------------------------------------------------------------------------------------- the traced process
 
 
+@pytest.mark.slow
 @needs_torch
 def test_a_traced_process_killed_mid_window_times_out_and_leaves_nothing_behind() -> None:
     """A real PyTorch client gets its config, Kineto starts recording (`.tmp` appears), the
@@ -145,6 +146,7 @@ class FakeKinetoClient:
         self.sock.close()
 
 
+@pytest.mark.slow
 def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     from warpwatch.capture.daemon import KinetoDaemonSource
 
@@ -444,6 +446,7 @@ def test_sigterm_during_analysis_exits_0_within_the_window_plus_five_seconds(big
     no_traceback(agent)
 
 
+@pytest.mark.slow
 def test_a_hundred_concurrent_scrapes_during_a_heavy_window_all_get_the_last_good_snapshot(
     big_trace: Path, tmp_path: Path
 ) -> None:

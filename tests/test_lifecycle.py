@@ -27,6 +27,7 @@ def no_traceback(agent: Agent) -> None:
     assert not any("Traceback" in line for line in agent.lines), "\n".join(agent.lines)
 
 
+@pytest.mark.slow
 def test_sighup_stops_the_agent_cleanly_with_a_log_line_and_removes_the_socket_file() -> None:
     """Issue: SIGHUP killed the agent with no log line and left the daemon's socket file."""
     root = Path(tempfile.mkdtemp(prefix="ww", dir="/tmp"))  # Unix socket paths are short

@@ -84,6 +84,7 @@ def wait_query(url: str, promql: str, timeout: float = 20.0) -> list[dict[str, A
         time.sleep(0.3)
 
 
+@pytest.mark.slow
 def test_prometheus_scrapes_the_agent_and_promql_returns_the_kernel_series(prometheus: tuple[str, Agent]) -> None:
     url, _ = prometheus
     assert wait_query(url, 'up{job="warpwatch"} == 1'), "the target never came up"

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_agent import ALEXNET
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -25,6 +27,7 @@ THREAD_SLACK = 2
 RSS_GROWTH_MIB = 50
 
 
+@pytest.mark.slow
 def test_150_rounds_leave_fds_threads_and_the_trace_folder_where_they_were(tmp_path: Path) -> None:
     folder = tmp_path / "dropped"
     folder.mkdir()

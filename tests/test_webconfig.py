@@ -616,6 +616,7 @@ def _targets(url: str) -> dict[str, dict[str, Any]]:
     return {t["labels"]["job"]: t for t in doc["data"]["activeTargets"]}
 
 
+@pytest.mark.slow
 def test_prometheus_scrapes_over_tls_with_basic_auth(pki: Pki, tmp_path: Path) -> None:
     if not Path(PROMETHEUS).exists():
         pytest.skip("prometheus is not installed (apt-get install prometheus); CI installs it")
