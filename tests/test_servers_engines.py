@@ -14,18 +14,13 @@ from typing import Any
 
 import pytest
 
+from conftest import HTA
 from engines.launch import Engine
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.servers import SglangSource, VllmSource
 
-TRACES = Path("/work/shared/traces")
-ALEXNET = TRACES / (
-    "facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/alexnet/"
-    "benchmark_result_2869224_1695835535_trace.json.gz"
-)
-INFERENCE_RANK1 = (
-    TRACES / "facebookresearch__HolisticTraceAnalysis/tests/data/trace_file_list/inference_rank_1.json.gz"
-)
+ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+INFERENCE_RANK1 = HTA / "trace_file_list/inference_rank_1.json.gz"
 RANKS = [ALEXNET, INFERENCE_RANK1]
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.threaded import ALEXNET, TRACES
+from conftest import SHARED_TRACES
+from engines.threaded import ALEXNET
 from warpwatch.capture.files import SettleTracker, is_complete_gzip, is_complete_trace_file
 
-PLAIN_JSON = TRACES / "pytorch__kineto/docs/traces/after_fix_trace.json"
+PLAIN_JSON = SHARED_TRACES / "pytorch__kineto/docs/traces/after_fix_trace.json"
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
 

@@ -4,7 +4,7 @@ Each stand-in (`vllm_server.py`, `sglang_server.py`) is a separate process, star
 `launch.Engine`, so that "this request kills the server" is what it is upstream: the process
 exits (SGLang sends SIGQUIT to its whole process tree when a scheduler raises), its port closes
 and the test sees the exit status. The traces they write are real Kineto traces (from
-/work/shared/traces, or a CPU-only trace recorded by torch.profiler in the test run), gzipped the
+shared/traces, or a CPU-only trace recorded by torch.profiler in the test run), gzipped the
 way `torch.profiler`'s `export_chrome_trace(".../x.json.gz")` does: the file grows while it is
 compressed, so a reader can see it incomplete.
 
@@ -45,6 +45,19 @@ def read_trace(path: str) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
+def write_gzip_in_chunks(path: Path, payload: bytes, chunks: int, chunk_delay: float) -> None:
+    """`payload` gzipped into `path` in `chunks` writes `chunk_delay` apart, as a profiler's
+    exporter grows the file while it compresses."""
+    data = gzip.compress(payload, mtime=0)
+    step = -(-len(data) // chunks)
+    with open(path, "wb") as f:
+        for i in range(0, len(data), step):
+            if i:
+                time.sleep(chunk_delay)
+            f.write(data[i : i + step])
+            f.flush()
+
+
 class Writer:
     """Writes rank files; `pending` threads, joined when a route must answer after them."""
 
@@ -59,14 +72,7 @@ class Writer:
         if delay:
             time.sleep(delay)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = gzip.compress(payload, mtime=0)
-        step = -(-len(data) // self.chunks)
-        with open(path, "wb") as f:
-            for i in range(0, len(data), step):
-                if i:
-                    time.sleep(self.chunk_delay)
-                f.write(data[i : i + step])
-                f.flush()
+        write_gzip_in_chunks(path, payload, self.chunks, self.chunk_delay)
         self.state.setdefault("written", []).append(path.name)
 
     def write_all(self, paths: dict[int, Path], *, wait: bool, staggered: bool = False) -> list[threading.Thread]:

@@ -16,14 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-TRACES = Path("/work/shared/traces")
-ALEXNET = TRACES / (
-    "facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/alexnet/"
-    "benchmark_result_2869224_1695835535_trace.json.gz"
-)
-INFERENCE_RANK1 = (
-    TRACES / "facebookresearch__HolisticTraceAnalysis/tests/data/trace_file_list/inference_rank_1.json.gz"
-)
+from conftest import HTA
+from engines.common import write_gzip_in_chunks
+
+ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+INFERENCE_RANK1 = HTA / "trace_file_list/inference_rank_1.json.gz"
 
 
 def _rank_traces() -> list[bytes]:
@@ -118,14 +115,7 @@ class StandIn:
 
     def write_traces(self, names: dict[int, Path]) -> None:
         def write(rank: int, path: Path) -> None:
-            data = gzip.compress(self.traces[rank], mtime=0)
-            step = -(-len(data) // self.chunks)
-            with open(path, "wb") as f:
-                for i in range(0, len(data), step):
-                    if i:
-                        time.sleep(self.chunk_delay)
-                    f.write(data[i : i + step])
-                    f.flush()
+            write_gzip_in_chunks(path, self.traces[rank], self.chunks, self.chunk_delay)
 
         threads = []
         for rank, path in names.items():
