@@ -301,6 +301,15 @@ def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: P
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
 
+def _paths_of_rounds(src: SglangSource | VllmSource, rounds: int) -> list[Path | None]:
+    """The files handed over in `rounds` short windows (a file goes once seen unchanged twice)."""
+    paths: list[Path | None] = []
+    for _ in range(rounds):
+        paths += [w.path for w in src.capture(0.05, 10)]
+        time.sleep(0.05)
+    return paths
+
+
 def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standins: list[StandIn]) -> None:
     """SGLang names every rank's file with the session's profile id: a file with another id that
     appears after the window (a person's profile in the same folder) is neither read nor deleted."""
@@ -312,10 +321,7 @@ def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standi
     shutil.copy(ALEXNET, theirs)
     ours = trace_dir / first.path.name.replace("-TP-0.", "-TP-1.")
     shutil.copy(ALEXNET, ours)
-    paths: list[Path | None] = []
-    for _ in range(5):  # a file is handed over once it was seen unchanged twice
-        paths += [w.path for w in src.capture(0.05, 10)]
-        time.sleep(0.05)
+    paths = _paths_of_rounds(src, 5)
     assert ours in paths and theirs not in paths
     assert theirs.exists()
 
@@ -336,10 +342,7 @@ def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vl
     ours = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
     shutil.copy(ALEXNET, theirs)
     shutil.copy(ALEXNET, ours)
-    paths: list[Path | None] = []
-    for _ in range(5):  # a file is handed over once it was seen unchanged twice
-        paths += [w.path for w in src.capture(0.05, 10)]
-        time.sleep(0.05)
+    paths = _paths_of_rounds(src, 5)
     assert ours in paths and theirs not in paths
     assert theirs.exists()
 

@@ -11,6 +11,7 @@ import gzip
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -67,22 +68,17 @@ class StandIn:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                rec = Recorded("POST", self.path, {k: v for k, v in self.headers.items()}, body)
-                with standin._lock:
-                    standin.requests.append(rec)
-                status, ctype, payload = standin.handle(rec)
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self._answer("POST", self.rfile.read(length) if length else b"", standin.requests, standin.handle)
 
             def do_GET(self) -> None:
-                rec = Recorded("GET", self.path, {k: v for k, v in self.headers.items()}, b"")
+                self._answer("GET", b"", standin.gets, standin.handle_get)
+
+            def _answer(self, method: str, body: bytes, log: list[Recorded],
+                        handle: Callable[[Recorded], tuple[int, str, bytes]]) -> None:
+                rec = Recorded(method, self.path, {k: v for k, v in self.headers.items()}, body)
                 with standin._lock:
-                    standin.gets.append(rec)
-                status, ctype, payload = standin.handle_get(rec)
+                    log.append(rec)
+                status, ctype, payload = handle(rec)
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(payload)))
