@@ -1,5 +1,5 @@
 """The compiled modules, `warpwatch.trace._gpuscan` (the trace reader's hot path) and
-`warpwatch._windowmath` (the analysis's per-launch loops); everything else is in pyproject.toml.
+`warpwatch.analysis._windowmath` (the analysis's per-launch loops); everything else is in pyproject.toml.
 
 Optional: without a C compiler the package installs without it and reads traces in pure Python
 (the same results, slower: benchmarks/README.md). WARPWATCH_REQUIRE_NATIVE=1 makes a failed build
@@ -24,6 +24,6 @@ setup(
     ext_modules=[
         extension("warpwatch.trace._gpuscan", "agent/warpwatch/trace/_gpuscan.c",
                   ("agent/warpwatch/trace/_gpuscan_json.h",)),
-        extension("warpwatch._windowmath", "agent/warpwatch/_windowmath.c"),
+        extension("warpwatch.analysis._windowmath", "agent/warpwatch/analysis/_windowmath.c"),
     ]
 )

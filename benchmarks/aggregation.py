@@ -2,11 +2,11 @@
 
     python benchmarks/aggregation.py [--seeds 20] [--windows 240]
 
-Each seed draws a known activity stream (tests/activity.py: two streams, kernels from 5 µs to
+Each seed draws a known activity stream (tests/support/activity.py: two streams, kernels from 5 µs to
 30 ms = 0.6 W, 2-8 ms NCCL kernels overlapping them, idle stretches; the d >= W scenarios add
 100 ms = 2 W kernels), cuts `--windows` 50 ms windows at random positions by Kineto's rule, and
-analyses each with `warpwatch.analysis.analyze` (the agent's own analysis, fed `Trace` objects
-built from the kept launches instead of files, for speed: tests/test_aggregation_truth.py proves
+analyses each with `warpwatch.analysis.window.analyze` (the agent's own analysis, fed `Trace` objects
+built from the kept launches instead of files, for speed: tests/dashboards/test_aggregation_truth.py proves
 the file -> agent -> Prometheus -> query path gives these sums).
 
 - truth: the stream's own time shares, duration-weighted mean warps per SM of `attn`, busy ratio
@@ -48,9 +48,10 @@ from activity import (  # noqa: E402
     windows,
 )
 from tracebuild import H100  # noqa: E402
-from warpwatch.analysis import analyze  # noqa: E402
+
+from warpwatch.analysis.window import analyze  # noqa: E402
 from warpwatch.model import DeviceProperties, KernelLaunch, Trace, TraceWindow  # noqa: E402
-from warpwatch.windowplan import WindowPlanner  # noqa: E402
+from warpwatch.service.windowplan import WindowPlanner  # noqa: E402
 
 W = 50_000.0
 COMPUTE = (

@@ -43,7 +43,6 @@ from attacks20_kit import (
     window_for,
     windows_total,
 )
-
 from tracebuild import kernel, span, trace_doc, write
 
 HTA_TRACE = ROOT.parent / "shared" / "traces" / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data" \

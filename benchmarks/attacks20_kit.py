@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from attacks import Agent, Row, finish, observe, scrape_body
-
 from memcg import MemoryCgroup
 from memcg import unavailable as memcg_unavailable
 

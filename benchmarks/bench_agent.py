@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 from warpwatch.capture import CapturedWindow  # noqa: E402
 from warpwatch.capture.replay import ReplaySource  # noqa: E402
 from warpwatch.config import Config  # noqa: E402
-from warpwatch.export import (  # noqa: E402
+from warpwatch.export.builder import (  # noqa: E402
     OTHER,
     GpuInfo,
     GpuSample,
@@ -43,7 +43,7 @@ from warpwatch.export import (  # noqa: E402
     SnapshotCollector,
 )
 from warpwatch.model import ARTIFACT_KINDS  # noqa: E402
-from warpwatch.service import Service  # noqa: E402
+from warpwatch.service.agent import Service  # noqa: E402
 
 SHARED = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
 HTA = SHARED / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"

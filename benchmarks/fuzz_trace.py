@@ -1,19 +1,19 @@
 """Fuzz the trace reader and analysis: every input must analyse or raise TraceError.
 
-Two engines (tests/test_fuzz_trace.py holds a short deterministic slice of the first;
-tests/test_trace_fuzzing.py runs the second for 20 s in CI):
+Two engines (tests/trace/test_fuzz_trace.py holds a short deterministic slice of the first;
+tests/trace/test_trace_fuzzing.py runs the second for 20 s in CI):
 
     python benchmarks/fuzz_trace.py mutate --inputs 100000   # structured mutations of real traces
     python benchmarks/fuzz_trace.py atheris --seconds 3600   # coverage-guided, against an oracle
 
 `atheris` (libFuzzer, a dev dependency) mutates pieces of the real traces and the hand-made edits
-of tests/test_gpuscan.py, guided by the coverage of warpwatch's Python code (instrumented at
-import), and checks each input against the pure-Python reader (tests/trace_oracle.py): the
+of tests/trace/test_gpuscan.py, guided by the coverage of warpwatch's Python code (instrumented at
+import), and checks each input against the pure-Python reader (tests/support/trace_oracle.py): the
 compiled scanner answers None or exactly the strict reading, and the whole read gives the same
 Trace or the same TraceError kind in both builds, never another exception; libFuzzer bounds each
 input's time (-timeout) and the process's memory (-rss_limit_mb). The C scanner is a target, not
 instrumented: atheris instruments C with clang's -fsanitize=fuzzer-no-link, and the build here is
-gcc's (tests/test_native_sanitizers.py runs it under ASan/UBSan instead). It prints the executions,
+gcc's (tests/trace/test_native_sanitizers.py runs it under ASan/UBSan instead). It prints the executions,
 the coverage (libFuzzer's `cov` and `ft`), the corpus, and the findings, each saved under --out
 (crash-*, timeout-*, oom-* files: replay one with `fuzz_trace.py replay FILE`).
 
@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "agent"))
 
-from warpwatch.analysis import analyze  # noqa: E402
+from warpwatch.analysis.window import analyze  # noqa: E402
 from warpwatch.errors import TraceError  # noqa: E402
 from warpwatch.trace import parse_trace, read_trace  # noqa: E402
 

@@ -55,8 +55,8 @@ def _warps(events: Any, props: dict[int, Any], get: Any) -> tuple[int, float]:
 def warpwatch_api(path: str, workers: int | None = None) -> dict[str, Any]:
     import msgspec
 
-    from warpwatch.analysis import analyze
-    from warpwatch.analyze_command import analysis_to_dict
+    from warpwatch.analysis.window import analyze
+    from warpwatch.commands.analyze import analysis_to_dict
     from warpwatch.trace import read_trace
 
     start = time.perf_counter()
@@ -68,10 +68,10 @@ def warpwatch_api(path: str, workers: int | None = None) -> dict[str, Any]:
 
 
 def warpwatch_report(path: str) -> None:
-    """`warpwatch analyze --format json` through warpwatch.analyze_command alone (when the CLI does not start)."""
+    """`warpwatch analyze --format json` through warpwatch.commands.analyze alone (when the CLI does not start)."""
     import argparse
 
-    from warpwatch import analyze_command as report
+    from warpwatch.commands import analyze as report
 
     parser = argparse.ArgumentParser(prog="warpwatch")
     report.register(parser.add_subparsers())

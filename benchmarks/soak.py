@@ -13,7 +13,7 @@ Two soaks, each a `warpwatch run` subprocess sampled from /proc at start, middle
     python benchmarks/soak.py daemon [--minutes 10] [--clients 2]
     python benchmarks/soak.py all
 
-tests/test_soak.py runs a short replay soak in CI with the same helpers.
+tests/service/test_soak.py runs a short replay soak in CI with the same helpers.
 """
 
 from __future__ import annotations

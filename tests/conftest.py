@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+# tests/ on sys.path: the shared helpers are the package `support` (tests/support/)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SHARED_TRACES = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
-HTA = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
+from support.paths import HTA, ROOT, SHARED_TRACES
+
+__all__ = ["HTA", "ROOT", "SHARED_TRACES"]
 
 
 @pytest.fixture(scope="session")

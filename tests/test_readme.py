@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from support.paths import ROOT
 
 README = ROOT / "README.md"
 SAMPLES = ROOT / "agent" / "warpwatch" / "samples"

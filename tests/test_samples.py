@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from support.paths import ROOT
 
 SAMPLES = ROOT / "agent" / "warpwatch" / "samples"
 REPRO = SAMPLES / "2021_pt19_sm_count_-1_repro.json"

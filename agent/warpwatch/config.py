@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .seriesbound import MAX_GPUS
 
 ENV_PREFIX = "WARPWATCH_"
 CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
+MAX_GPUS = 64
+"""GPUs exported at once when `max_gpus` is not set: 8 GPUs with MIG's 7 instances each fit."""
 MAX_DUTY = 0.10
 """Largest window/period accepted without `allow_high_duty`: profiling slows the workload."""
 MAX_PERIOD_S = 24 * 3600.0

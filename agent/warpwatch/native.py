@@ -23,7 +23,7 @@ def load(name: str) -> ModuleType | None:
         return None
 
 
-MODULES = ("warpwatch.trace._gpuscan", "warpwatch._windowmath")
+MODULES = ("warpwatch.trace._gpuscan", "warpwatch.analysis._windowmath")
 
 
 def describe() -> str:

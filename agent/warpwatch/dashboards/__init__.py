@@ -224,7 +224,7 @@ def register(subparsers: Any) -> None:
 def _cmd_build(args: argparse.Namespace) -> int:
     settings = settings_from(args.settings)
     out: Path = args.out
-    from .. import deploysync
+    from . import deploysync
 
     # The repository's Helm chart ships copies of the generated files: keep them in step.
     repo_root = out.resolve().parent

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from . import queries as q
 from .settings import (
     ALERTED_ARTIFACTS,

@@ -8,7 +8,7 @@ plain PromQL a Prometheus can evaluate.
 
 from __future__ import annotations
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from . import queries as q
 from .alerts import alerts
 from .health import agent_health, artifacts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from ..model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS
 from . import queries as q
 from .panels import (

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from .settings import DASHBOARD_VARIABLE_DEFAULTS, Scope, Settings, dashboard_series
 
 

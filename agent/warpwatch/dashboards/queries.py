@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from .settings import Settings, series
 
 Sel = Callable[[md.MetricDef], str]

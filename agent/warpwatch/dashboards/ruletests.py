@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from ..errors import ConfigError
 from ..model import ARTIFACT_KINDS
 from . import queries as q

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
-from .. import metricdefs as md
+from ..export import metricdefs as md
 from ..capture import Outcome
 from ..config import MAX_DUTY
 from ..errors import ConfigError

@@ -24,7 +24,7 @@ import functools
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 
-from ..webconfig import WebConfig, cached_basic_auth, check_basic_auth
+from .webconfig import WebConfig, cached_basic_auth, check_basic_auth
 
 BUSY = None
 """What `AuthQueue.check` returns when the queue is full (answer 429)."""

@@ -25,8 +25,8 @@ from aiohttp import web
 
 from .. import __version__
 from ..logs import event
-from ..webconfig import REALM, WebConfig
 from .auth import AuthQueue
+from .webconfig import REALM, WebConfig
 
 log = logging.getLogger("warpwatch.http")
 

@@ -47,10 +47,10 @@ from aiohttp import HttpVersion11, web
 
 from ..errors import WarpwatchError
 from ..logs import RepeatFilter, limited_event
-from ..webconfig import WebConfig, _ContextHolder
 from .aiohttplog import AiohttpLog
 from .connection import Connection, Limits, _reason
 from .endpoints import Endpoints
+from .webconfig import WebConfig, _ContextHolder
 
 log = logging.getLogger("warpwatch.http")
 

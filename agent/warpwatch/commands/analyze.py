@@ -1,0 +1,228 @@
+"""The `warpwatch analyze TRACE...` command: explain traces as tables, JSON or per-launch JSON lines."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import asdict
+from typing import IO, Any
+
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..analysis.window import analyze, launch_metrics, window_of
+from ..errors import TraceError
+from ..model import (
+    ARTIFACT_KINDS,
+    DeviceProperties,
+    KernelStats,
+    LaunchMetrics,
+    Trace,
+    WindowAnalysis,
+)
+from ..names.labels import KernelNamer
+from ..trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
+from .escape import printable
+from .table import AMD, NVIDIA, render_table
+
+PROGRESS_MIN_BYTES = 50 * 1024**2
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="explain one or more Kineto traces: corrected warps per SM, occupancy, profiler artefacts",
+        description="Read Kineto (PyTorch profiler) traces and report per-kernel warps per SM, occupancy and "
+        "waves, corrected for the profiler's artefacts and for the sampling window.",
+    )
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.json, .json.gz)")
+    p.add_argument("--format", choices=("table", "json", "jsonl"), default="table", help="output format")
+    p.add_argument(
+        "--launches", action="store_true", help="one record per kernel event (use with --format jsonl)"
+    )
+    p.add_argument(
+        "--gpu-properties", metavar="FILE",
+        help="device properties for traces that carry none: JSON in the trace's own `deviceProperties` form, "
+        "one object, a list of them, or an object keyed by device id (see README, 'warpwatch analyze')",
+    )
+    p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
+    p.add_argument(
+        "--max-trace-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="BYTES",
+        help="refuse traces larger than this once decompressed (default 2 GiB)",
+    )
+    p.set_defaults(func=run_analyze)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    if args.launches and args.format != "jsonl":
+        print("warpwatch analyze: error: --launches needs --format jsonl", file=sys.stderr)
+        return 2
+    gpu_props = load_gpu_properties(args.gpu_properties) if args.gpu_properties else None
+    out = sys.stdout
+    failed = 0
+    results: list[dict[str, Any]] = []
+    console = Console(file=out, highlight=False, soft_wrap=False, width=table_width(out.isatty()))
+    namer = KernelNamer()
+    for path in args.traces:
+        try:
+            trace = _read(path, args.max_trace_bytes, gpu_props)
+            if gpu_props is not None:
+                _check_gpu_properties(args.gpu_properties, gpu_props, trace)
+            if args.launches:
+                _write_launches(trace, out)
+                continue
+            analysis = analyze(trace)
+        except TraceError as exc:
+            print(f"warpwatch: error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        if args.format == "table":
+            render_table(console, trace, analysis, top=args.top, namer=namer)
+        else:
+            results.append(analysis_to_dict(analysis, trace))
+    if args.format == "json" and not args.launches:
+        out.write(msgspec.json.encode({"traces": results}).decode() + "\n")
+    elif args.format == "jsonl" and not args.launches:
+        for r in results:
+            out.write(msgspec.json.encode(r).decode() + "\n")
+    out.flush()
+    return 1 if failed else 0
+
+
+def table_width(tty: bool) -> int | None:
+    """`COLUMNS` when set (also when piped), else the terminal's width, else 200."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if tty else 200
+
+
+def _check_gpu_properties(path: str, props: dict[int, DeviceProperties], trace: Trace) -> None:
+    """Say so when no device id of `--gpu-properties` is a device the trace's kernels ran on."""
+    used = sorted({launch.device for launch in trace.launches})
+    if not used or set(used) & set(props):
+        return
+    missing = [d for d in used if d not in trace.devices]
+    print(
+        f"warpwatch analyze: warning: --gpu-properties {printable(path)}: its device ids "
+        f"({', '.join(map(str, sorted(props)))}) match no device of {printable(trace.path)}, whose kernels ran on "
+        f"device{'s' if len(used) > 1 else ''} {', '.join(map(str, used))}; "
+        + (f"occupancy stays unknown for {', '.join(map(str, missing))}. " if missing else "")
+        + "Give each entry the `id` of the device it describes.",
+        file=sys.stderr,
+    )
+
+
+def _read(path: str, max_bytes: int, gpu_props: dict[int, DeviceProperties] | None) -> Trace:
+    size = _size(path)
+    if size < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        return read_trace(path, max_bytes=max_bytes, gpu_properties=gpu_props)
+    # No auto-refresh: a refresh thread would keep read_trace from decoding on every core (it
+    # forks worker processes only when the caller runs no other thread).
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+        console=Console(file=sys.stderr), transient=True, auto_refresh=False,
+    ) as progress:
+        task = progress.add_task(f"reading {os.path.basename(path)} ({size / 1e6:.0f} MB)", total=2)
+        progress.refresh()
+        trace = read_trace(path, max_bytes=max_bytes, gpu_properties=gpu_props)
+        progress.update(task, advance=1, description=f"analysing {os.path.basename(path)}")
+        progress.refresh()
+        return trace
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:
+    """One kernel event as a JSON-ready dict (unknown = None); `label` is its `kernel` label."""
+    launch = lm.launch
+    return {
+        "name": launch.name,
+        "label": (namer or KernelNamer())(launch.name),
+        "device": launch.device,
+        "ts": launch.ts,
+        "dur": launch.dur,
+        "grid": list(launch.grid) if launch.grid else None,
+        "block": list(launch.block) if launch.block else None,
+        "launch_api": launch.launch_api,
+        "registers_per_thread": launch.registers_per_thread,
+        "shared_memory": launch.shared_memory,
+        "warps_per_sm": lm.warps_per_sm,
+        "reported_warps_per_sm": lm.reported_warps_per_sm,
+        "warps_per_block": lm.warps_per_block,
+        "max_active_blocks_per_sm": lm.max_active_blocks_per_sm,
+        "limiting_factors": list(lm.limiting_factors) if lm.limiting_factors is not None else None,
+        "theoretical_occupancy": lm.theoretical_occupancy,
+        "waves_per_sm": lm.waves_per_sm,
+        "resident_warps_per_sm": lm.resident_warps_per_sm,
+        "estimated_occupancy": lm.estimated_occupancy,
+        "artifacts": list(lm.artifacts),
+        "weight": lm.weight,
+    }
+
+
+def _write_launches(trace: Trace, out: IO[str]) -> None:
+    enc = msgspec.json.Encoder()
+    buf = bytearray()
+    namer = KernelNamer()
+    for lm in launch_metrics(trace, window_of(trace)):
+        enc.encode_into(launch_record(lm, namer), buf, len(buf))
+        buf.extend(b"\n")
+        if len(buf) > 1 << 20:
+            out.write(buf.decode())
+            buf.clear()
+    out.write(buf.decode())
+
+
+def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> dict[str, Any]:
+    """The JSON summary of one window (the shape of `warpwatch analyze --format json`)."""
+    window = analysis.window
+    namer = KernelNamer()
+    return {
+        "path": analysis.path,
+        "rank": analysis.rank,
+        "window": {
+            "t0": window.t0,
+            "t1": window.t1,
+            "duration_us": window.duration,
+            "bounds": window.bounds,
+            "estimated_bounds": window.bounds == "estimated",
+        },
+        "launch_count": analysis.launch_count,
+        "artifacts": {k: analysis.artifacts[k] for k in ARTIFACT_KINDS if k in analysis.artifacts},
+        "devices": [
+            {
+                "device": d.device,
+                "name": (d.properties.name or None) if d.properties else None,
+                "vendor": d.properties.vendor if d.properties else None,
+                "uuid": d.properties.uuid if d.properties else None,
+                "arch": d.properties.arch if d.properties else None,
+                "compute_capability": d.properties.compute_capability if d.properties else None,
+                "compute_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).unit if d.properties else None,
+                "warp_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).warp if d.properties else None,
+                "sms": d.properties.num_sms if d.properties else None,
+                "max_warps_per_sm": d.properties.max_warps_per_sm if d.properties else None,
+                "resident_warps_per_sm": d.resident_warps_per_sm,
+                "estimated_occupancy": d.estimated_occupancy,
+                "busy_ratio": d.busy_ratio,
+                "samples": d.samples,
+                "low_confidence": d.low_confidence,
+            }
+            for d in analysis.devices
+        ],
+        "kernels": [_kernel_dict(k, namer) for k in analysis.kernels],
+        "warnings": list(trace.warnings) if trace else [],
+    }
+
+
+def _kernel_dict(k: KernelStats, namer: KernelNamer) -> dict[str, Any]:
+    """A kernel summary: its full `name`, then its `label` (the `kernel` label of its metrics)."""
+    d = asdict(k)
+    return {"device": d.pop("device"), "name": d.pop("name"), "label": namer(k.name), **d}

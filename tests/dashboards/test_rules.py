@@ -1,0 +1,287 @@
+"""Alert rules: valid for the real promtool in both shapes, fired and held silent by promtool unit
+tests, mirrored into Grafana's file-provisioning format, each with a runbook."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from warpwatch import config
+from warpwatch.dashboards import build, rules, ruletests
+from warpwatch.dashboards.alerts import alerts
+from warpwatch.dashboards.queries import recording_rules
+from warpwatch.dashboards.settings import (
+    ALERTED_ARTIFACTS,
+    DEFAULT_SETTINGS,
+    Settings,
+    duration_seconds,
+    format_duration,
+)
+from warpwatch.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+ALERTS = ROOT / "dashboards" / "alerts"
+RUNBOOKS = ROOT / "dashboards" / "runbooks"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian/Ubuntu package `prometheus`; CI installs it)"
+)
+ALERT_NAMES = [a.name for a in alerts()]
+
+
+def load(name: str) -> Any:
+    return yaml.safe_load((ALERTS / name).read_text())
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def prometheus_rules() -> list[dict[str, Any]]:
+    """The alerting rules (the recording rules are `recording()`)."""
+    return [r for g in load("warpwatch-rules.yaml")["groups"] for r in g["rules"] if "alert" in r]
+
+
+def recording() -> list[dict[str, Any]]:
+    return [r for g in load("warpwatch-rules.yaml")["groups"] for r in g["rules"] if "record" in r]
+
+
+@needs_promtool
+def test_rules_file_passes_promtool_check() -> None:
+    result = promtool("check", "rules", str(ALERTS / "warpwatch-rules.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(ALERT_NAMES) + len(recording_rules(DEFAULT_SETTINGS))} rules found" in result.stdout
+
+
+@needs_promtool
+def test_prometheusrule_object_holds_the_same_valid_groups(tmp_path: Path) -> None:
+    obj = load("warpwatch-prometheusrule.yaml")
+    assert (obj["apiVersion"], obj["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert obj["metadata"]["name"] == "warpwatch"
+    assert obj["spec"]["groups"] == load("warpwatch-rules.yaml")["groups"]
+    extracted = tmp_path / "from-prometheusrule.yaml"
+    extracted.write_text(yaml.safe_dump({"groups": obj["spec"]["groups"]}))
+    result = promtool("check", "rules", str(extracted))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@needs_promtool
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", "warpwatch-rules.test.yaml", cwd=ALERTS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_unit_tests_fire_and_hold_every_alert() -> None:
+    tests = load("warpwatch-rules.test.yaml")
+    assert tests["rule_files"] == ["warpwatch-rules.yaml"]
+    checks = [c for t in tests["tests"] for c in t.get("alert_rule_test", [])]
+    fired = {c["alertname"] for c in checks if c["exp_alerts"]}
+    silent = {c["alertname"] for c in checks if c["exp_alerts"] == []}
+    assert fired == set(ALERT_NAMES)
+    assert silent == set(ALERT_NAMES)
+    # Every expectation states the full labels and all three annotations, so promtool compares them.
+    for c in checks:
+        for exp in c["exp_alerts"]:
+            assert set(exp["exp_annotations"]) == {"summary", "description", "runbook_url"}
+            assert exp["exp_labels"]["severity"]
+
+
+def test_artifact_alert_covers_the_wrong_number_kinds_and_names_them() -> None:
+    rule = next(r for r in prometheus_rules() if r["alert"] == "WarpwatchProfilerArtifacts")
+    assert rule["labels"]["severity"] == "info"
+    kinds = re.search(r'artifact=~"([^"]+)"', rule["expr"])
+    assert kinds is not None and kinds.group(1).split("|") == list(ALERTED_ARTIFACTS)
+    assert set(ALERTED_ARTIFACTS) == {
+        "negative_warps_per_sm", "non_finite", "occupancy_sentinel", "grid_overflow", "sm_count_invalid",
+    }
+    assert "{{ $labels.artifact }}" in rule["annotations"]["description"]
+    assert "raw trace numbers" in rule["annotations"]["description"]
+    tests = load("warpwatch-rules.test.yaml")["tests"]
+    fired = [e for t in tests for c in t.get("alert_rule_test", []) if c["alertname"] == rule["alert"]
+             for e in c["exp_alerts"]]
+    assert sorted(e["exp_labels"]["artifact"] for e in fired) == sorted(ALERTED_ARTIFACTS)
+    overflow = next(e for e in fired if e["exp_labels"]["artifact"] == "grid_overflow")
+    # one alert per pod and kind: two kernels on two GPUs, 2 launches a minute each, over 30 minutes
+    assert set(overflow["exp_labels"]) == {"namespace", "pod", "artifact", "severity"}
+    assert overflow["exp_annotations"]["description"].startswith(
+        "120 kernel launches in pod ml/train-0 carried the profiler artefact grid_overflow in the last 30m"
+    )
+
+
+def test_degraded_alert_compares_ratios_of_rates_and_needs_baseline_samples_and_time_share() -> None:
+    expr = next(r["expr"] for r in prometheus_rules() if r["alert"] == "WarpwatchKernelOccupancyDegraded")
+    s = DEFAULT_SETTINGS
+    window = f"[{s.degraded_baseline_window}] offset {s.degraded_baseline_offset}"
+    seconds = "warpwatch_kernel_seconds_total"
+    for x in ("estimated_occupancy", "resident_warps_per_sm"):
+        num = f"warpwatch_kernel_{x}_seconds_total"
+        assert f"rate({num}[{s.degraded_window}]) / rate({seconds}[{s.degraded_window}])" in expr
+        assert f"(rate({num}{window}) / rate({seconds}{window}))" in expr
+    assert f"count_over_time({seconds}{window}) >= {s.degraded_min_samples}" in expr
+    assert f"< {s.degraded_ratio}" in expr
+    assert f") > {s.degraded_min_time_share}" in expr
+    assert "avg_over_time" not in expr
+
+
+def test_window_too_short_alert_names_its_evidence() -> None:
+    rule = next(r for r in prometheus_rules() if r["alert"] == "WarpwatchWindowTooShort")
+    assert '"evidence", "long_kernels"' in rule["expr"] and '"evidence", "nvml_busier"' in rule["expr"]
+    assert "{{ $labels.evidence }}" in rule["annotations"]["summary"]
+    assert "window is too short" in (RUNBOOKS / "window-too-short.md").read_text()
+
+
+def test_recording_rules_record_rates_summed_by_the_fleet_labels_then_ratios() -> None:
+    records = {r["record"]: r["expr"] for r in recording()}
+    assert records["fleet:warpwatch_gpu_observed_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment, model) (rate(warpwatch_gpu_observed_seconds_total[5m]))")
+    assert records["fleet_kernel:warpwatch_kernel_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment, model, kernel) (rate(warpwatch_kernel_seconds_total[5m]))")
+    assert records["fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"] == (
+        "fleet_kernel:warpwatch_kernel_seconds_total:rate5m\n  / on (namespace, deployment, model) group_left\n"
+        "fleet:warpwatch_gpu_observed_seconds_total:rate5m")
+    tests = load("warpwatch-rules.test.yaml")["tests"]
+    checked = {c["expr"] for t in tests for c in t.get("promql_expr_test", [])}
+    assert {f"round({r} * 1e6)" for r in records if ":ratio_" in r} <= checked
+
+
+def test_every_rule_has_severity_summary_description_and_a_runbook() -> None:
+    for rule in prometheus_rules():
+        assert rule["labels"]["severity"] in {"info", "warning", "critical"}
+        ann = rule["annotations"]
+        assert ann["summary"] and ann["description"]
+        prefix = DEFAULT_SETTINGS.runbook_url_base
+        assert ann["runbook_url"].startswith(prefix)
+        runbook = RUNBOOKS / ann["runbook_url"].removeprefix(prefix)
+        text = runbook.read_text()
+        assert text.startswith(f"# {rule['alert']}\n")
+        assert rule["expr"] in text
+        duration_seconds(rule["for"])
+    assert sorted(p.name for p in RUNBOOKS.iterdir()) == sorted(f"{a.slug}.md" for a in alerts())
+
+
+def test_agent_health_alert_thresholds_follow_the_agent_config() -> None:
+    """Staleness counts the agent's own exported period; the duty bound is the agent's own."""
+    assert DEFAULT_SETTINGS.max_capture_duty == config.MAX_DUTY
+    by_name = {r["alert"]: r["expr"] for r in prometheus_rules()}
+    assert by_name["WarpwatchNoRecentWindow"] == (
+        f"time() - warpwatch_last_window_timestamp_seconds\n  > {DEFAULT_SETTINGS.stale_periods:g} * "
+        "warpwatch_capture_period_seconds")
+    assert 'outcome=~"failed|timed_out"' in by_name["WarpwatchWindowsFailing"]
+    assert by_name["WarpwatchCaptureDutyHigh"] == f"warpwatch_capture_duty_ratio > {config.MAX_DUTY}"
+
+
+@pytest.mark.slow
+@needs_promtool
+def test_changed_thresholds_and_selector_still_fire_and_hold(tmp_path: Path) -> None:
+    """Thresholds live in Settings: the scenarios move with them, and promtool still agrees."""
+    s = Settings(
+        selector='job="warpwatch"', degraded_ratio=0.5, degraded_min_time_share=0.1, degraded_min_samples=120,
+        nvml_max_difference=0.1, stale_periods=4, failing_ratio=0.3, short_max_kernel_ratio=0.4,
+        fleet_labels="namespace,model", degraded_baseline_window="6h",
+        max_capture_duty=0.05, artifact_window="1h", runbook_url_base="https://wiki.example/runbooks/",
+    )
+    build(tmp_path, s)
+    text = (tmp_path / "alerts" / "warpwatch-rules.yaml").read_text()
+    assert 'warpwatch_capture_duty_ratio{job="warpwatch"} > 0.05' in text
+    assert "https://wiki.example/runbooks/windows-failing.md" in text
+    result = promtool("test", "rules", "warpwatch-rules.test.yaml", cwd=tmp_path / "alerts")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_selector_with_regex_cannot_generate_promtool_inputs() -> None:
+    with pytest.raises(ConfigError, match=r"only be generated for equality matchers"):
+        ruletests.promtool_tests(Settings(selector='job=~"warp.*"'), "r.yaml")
+
+
+# ---- Grafana file provisioning
+
+
+def test_grafana_alerting_file_structure() -> None:
+    doc = load("grafana-alerting.yaml")
+    assert doc["apiVersion"] == 1
+    uids, titles = [], []
+    prom = {r["alert"]: r for r in prometheus_rules()}
+    for group in doc["groups"]:
+        assert {"orgId", "name", "folder", "interval", "rules"} <= set(group)
+        duration_seconds(group["interval"])
+        for rule in group["rules"]:
+            assert {"uid", "title", "condition", "data", "for", "labels", "annotations", "noDataState",
+                    "execErrState"} <= set(rule)
+            uids.append(rule["uid"])
+            titles.append(rule["title"])
+            assert re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", rule["uid"])
+            assert duration_seconds(rule["for"]) >= 0
+            assert rule["noDataState"] in {"OK", "NoData", "Alerting", "KeepLast"}
+            assert rule["execErrState"] in {"OK", "Error", "Alerting", "KeepLast"}
+            refs = [d["refId"] for d in rule["data"]]
+            assert rule["condition"] in refs and len(refs) == len(set(refs))
+            for d in rule["data"]:
+                assert {"refId", "relativeTimeRange", "datasourceUid", "model"} <= set(d)
+                assert d["model"]["refId"] == d["refId"]
+                assert set(d["relativeTimeRange"]) == {"from", "to"}
+            query = rule["data"][0]
+            assert query["datasourceUid"] == DEFAULT_SETTINGS.datasource_uid
+            # One source: the same PromQL, for-duration and severity as the Prometheus rule.
+            source = prom[rule["title"]]
+            assert query["model"]["expr"] == source["expr"]
+            assert (rule["for"], rule["labels"]) == (source["for"], source["labels"])
+            for name, text in rule["annotations"].items():
+                assert not re.search(r"\$value\b", text), "Grafana has $values.A.Value, not $value"
+                assert text == source["annotations"][name].replace("$value", "$values.A.Value")
+            expressions = {d["refId"]: d["model"] for d in rule["data"][1:]}
+            assert expressions["B"]["expression"] == "is_number($A) || is_nan($A) || is_inf($A)"
+            assert expressions["C"]["expression"] == "B" and expressions["C"]["type"] == "threshold"
+    assert len(uids) == len(set(uids)) == len(ALERT_NAMES)
+    assert sorted(titles) == sorted(ALERT_NAMES)
+
+
+def test_grafana_api_rules_carry_folder_and_group() -> None:
+    api = rules.grafana_api_rules(DEFAULT_SETTINGS)
+    assert [r["title"] for r in api] == ALERT_NAMES
+    for r in api:
+        assert r["folderUID"] == DEFAULT_SETTINGS.folder_uid and r["ruleGroup"].startswith("warpwatch-")
+
+
+# ---- pieces
+
+
+@pytest.mark.parametrize(
+    ("template", "value", "expected"),
+    [
+        ('{{ printf "%.0f" $value }} launches', 30.000000000000004, "30 launches"),
+        ('{{ printf "%.2f" $value }}x', 0.5599999999999999, "0.56x"),
+        ("{{ humanizePercentage $value }}", 0.2, "20%"),
+        ("{{ humanizePercentage $value }}", 1 / 3, "33.33%"),
+        ("{{ $labels.kernel }} on GPU {{$labels.gpu}}{{ $labels.absent }}", 0.0, "gemm on GPU 3"),
+    ],
+)
+def test_render_template_matches_prometheus(template: str, value: float, expected: str) -> None:
+    assert rules.render_template(template, {"kernel": "gemm", "gpu": "3"}, value) == expected
+
+
+def test_render_template_refuses_what_it_cannot_predict() -> None:
+    with pytest.raises(ValueError, match=r"unsupported template action \{\{ \$value \| humanize \}\}"):
+        rules.render_template("{{ $value | humanize }}", {}, 1.0)
+
+
+def test_durations() -> None:
+    assert duration_seconds("1d") == 86400 and duration_seconds("1h30m") == 5400
+    assert duration_seconds("500ms") == 0.5
+    assert format_duration(86400 + 40 * 60) == "1d40m" and format_duration(60) == "1m"
+    with pytest.raises(ValueError, match="not a Prometheus duration: '5 min'"):
+        duration_seconds("5 min")
+
+
+def test_promtool_value_notation() -> None:
+    assert ruletests.gauge((None, 3), (0.6, 4), (0.3, 1)) == "_x3 0.6x3 0.3"
+    assert ruletests.counter(0, 2, 5) == "0+2x4"
+    assert ruletests.ramp((6, 3), (1.5, 2), missing=2) == "_x2 0 6+6x2 19.5+1.5x1"

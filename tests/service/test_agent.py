@@ -1,0 +1,341 @@
+"""`warpwatch run` end to end: the agent as a real subprocess, scraped over HTTP.
+
+Real traces from ../shared/traces/ go through `replay:` and `dir:`; the exported values must
+equal what `warpwatch analyze --format json` computes for the same file. Bad files dropped into
+a watched folder each fail one window while the last good snapshot keeps being served. The
+second half drives `Service` in-process, with stand-in sources, for what a subprocess cannot
+show cheaply (a source that raises or hangs, readiness over time).
+
+The helpers at the top (`Agent`, `run_cli`, `sample`) are shared with test_prometheus.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.agent import (
+    ALEXNET,
+    CONTROL,
+    DEVICE_FIELDS,
+    FAST,
+    KERNEL_FIELDS,
+    Agent,
+    StubSource,
+    analyze_json,
+    assert_matches_analysis,
+    gunzip_if,
+    ok_windows,
+    run_cli,
+    sample,
+    series,
+    service_for,
+)
+from support.agent import service_value as value
+from warpwatch.capture import CapturedWindow
+from warpwatch.config import Config
+from warpwatch.export import metricdefs as md
+from warpwatch.service import agent as service_module
+from warpwatch.service import window as window_module
+from warpwatch.service.agent import Service
+
+# ============================================================================================= tests
+
+
+@pytest.fixture(scope="module")
+def replay_agent() -> Iterator[Agent]:
+    agent = Agent("--source", f"replay:{ALEXNET}", *FAST)
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def test_replayed_windows_export_the_numbers_of_warpwatch_analyze(replay_agent: Agent) -> None:
+    """alexnet (A100, 108 SMs): 16 kernels, one process, rank 0."""
+    doc = analyze_json(ALEXNET)
+    samples = replay_agent.wait_for(lambda s: ok_windows(s) >= 2)
+    assert_matches_analysis(samples, doc)
+    assert sample(samples, "warpwatch_capture_duty_ratio") == 0.05
+    assert sample(samples, "warpwatch_kernels_folded_total", gpu=0) == 0.0
+    assert sample(samples, "warpwatch_build_info", version=service_module.__version__) == 1.0
+    assert sample(samples, "warpwatch_window_processing_seconds_count") == ok_windows(samples)
+
+
+def test_counters_grow_across_replayed_windows(replay_agent: Agent) -> None:
+    first = replay_agent.wait_for(lambda s: ok_windows(s) >= 1)
+    n = ok_windows(first)
+    later = replay_agent.wait_for(lambda s: ok_windows(s) >= n + 1)
+    name = md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED)
+    for labels, before in series(first, name).items():
+        assert dict(series(later, name))[labels] >= before
+
+
+def test_without_a_driver_nvml_is_reported_down_in_one_log_line(replay_agent: Agent) -> None:
+    samples = replay_agent.scrape()
+    assert sample(samples, "warpwatch_nvml_up") == 0.0
+    assert not series(samples, "warpwatch_nvml_gpu_utilization_ratio")
+    assert len([line for line in replay_agent.lines if "event=nvml_unavailable" in line]) == 1
+
+
+def test_health_readiness_and_content_negotiation(replay_agent: Agent) -> None:
+    assert replay_agent.get("/healthz")[0::2] == (200, b"ok\n")
+    status, _, body = replay_agent.get("/readyz")
+    assert status == 200, body
+    assert replay_agent.get("/nope")[0] == 404
+    status, headers, body = replay_agent.get(
+        "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"})
+    assert status == 200
+    assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = gunzip_if(headers, body).decode()
+    assert text.endswith("# EOF\n")
+    assert "warpwatch_windows_total{outcome=\"ok\"}" in text
+    status, headers, _ = replay_agent.get("/metrics")
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "Content-Encoding" not in headers
+
+
+def test_one_log_line_per_window(replay_agent: Agent) -> None:
+    replay_agent.wait_for(lambda s: ok_windows(s) >= 1)
+    window_lines = [line for line in replay_agent.lines if " event=window " in line]
+    assert window_lines
+    line = window_lines[0]
+    assert re.search(r"outcome=ok seconds=[0-9.]+ launches=79 kernels=16 gpus=0 window_ms=[0-9.]+ "
+                     r"bounds=trace_span rank=0$", line), line
+
+
+def test_bad_files_in_a_folder_each_fail_one_window_and_the_last_snapshot_stays(tmp_path: Path) -> None:
+    """control.json.gz (trace_diff) first; then garbage, a truncated gzip and an empty file."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    doc = analyze_json(CONTROL)
+    agent = Agent("--source", f"dir:{folder}", "--period", "500ms", "--window", "50ms", "--jitter", "0",
+                  "--allow-high-duty", "--collect-timeout", "1s", "--log-format", "json")
+    try:
+        shutil.copy(CONTROL, folder / "host_7.1700000000000000000.pt.trace.json.gz")
+        good = agent.wait_for(lambda s: ok_windows(s) == 1)
+        assert_matches_analysis(good, doc)
+
+        (folder / "garbage.json").write_bytes(b"\x00\x01\x02 this is not a trace")
+        (folder / "truncated.json.gz").write_bytes(CONTROL.read_bytes()[:4096])
+        (folder / "empty.json").write_bytes(b"")
+        after = agent.wait_for(lambda s: sample(s, "warpwatch_windows_total", outcome="failed") == 3)
+        assert ok_windows(after) == 1
+        gauges = [m.name for m in (*KERNEL_FIELDS, *DEVICE_FIELDS)]
+        for name in gauges:
+            assert series(after, name) == series(good, name), name
+
+        time.sleep(1.0)  # a few more rounds: nothing is processed twice
+        again = agent.scrape()
+        assert sample(again, "warpwatch_windows_total", outcome="failed") == 3
+        assert ok_windows(again) == 1
+    finally:
+        rc, _ = agent.stop()
+    assert rc == 0
+    records = [json.loads(line) for line in agent.lines]  # every line is one JSON object
+    failed = {r["file"]: r["error"] for r in records if r["event"] == "window" and r["outcome"] == "failed"}
+    assert failed.keys() == {"garbage.json", "truncated.json.gz", "empty.json"}
+    assert failed["empty.json"] == "empty file"
+    assert "truncated" in failed["truncated.json.gz"]
+    assert not any("Traceback" in line for line in agent.lines)
+
+
+def test_sigterm_stops_the_agent_within_the_window_plus_five_seconds_with_status_0(tmp_path: Path) -> None:
+    agent = Agent("--source", f"dir:{tmp_path}", "--period", "10s", "--window", "1s", "--jitter", "0")
+    agent.wait_for_line("event=source_started", 10)
+    rc, seconds = agent.stop()
+    assert rc == 0
+    assert seconds < 1 + 5
+    assert any("event=stopped" in line for line in agent.lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--source", "dir:/x", "--window", "10s"),
+         "warpwatch: error: window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, "
+         "lengthen the period, or pass --allow-high-duty"),
+        (("--source", "nfs:/x"), "warpwatch: error: source 'nfs:/x': unknown kind of source"),
+        ((), "warpwatch: error: source: no source given; add one, e.g. --source dir:/var/run/traces"),
+    ],
+)
+def test_bad_settings_exit_1_with_one_line(args: tuple[str, ...], message: str) -> None:
+    result = run_cli("run", *args, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(message)
+    assert "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("run", "--source", f"dir:{tmp_path}", "--address", "127.0.0.1", "--port", str(port))
+    assert result.returncode == 1
+    assert f"warpwatch: error: cannot listen on 127.0.0.1:{port}: Address already in use; choose another" \
+        in result.stderr
+
+
+# --------------------------------------------------------------------------------------------- in-process
+
+
+def test_a_source_that_raises_counts_a_failed_window_and_nothing_escapes(caplog: pytest.LogCaptureFixture) -> None:
+    src = StubSource()
+    src.raise_exc = RuntimeError("socket gone")
+    svc = service_for(src)
+    with caplog.at_level(logging.INFO):
+        svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="failed") == 1.0
+    [record] = [r for r in caplog.records if r.msg == "window"]
+    assert record.warpwatch_fields["error"] == "capture raised RuntimeError: socket gone"  # type: ignore[attr-defined]
+
+
+def test_a_window_that_failed_at_the_source_is_counted_by_its_outcome() -> None:
+    src = StubSource()
+    src.queue.append([CapturedWindow(source="stub:1", path=None, outcome="timed_out", error="no trace in 60s")])
+    svc = service_for(src)
+    svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
+
+
+def test_an_unexpected_error_in_analysis_is_one_line_and_a_failed_window(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(window_module, "analyze", boom)
+    src = StubSource()
+    done: list[bool] = []
+    src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET, on_done=done.append)])
+    svc = service_for(src)
+    with caplog.at_level(logging.INFO):
+        svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="failed") == 1.0
+    assert done == [True]
+    [record] = [r for r in caplog.records if r.msg == "window"]
+    assert record.warpwatch_fields["error"] == "unexpected ZeroDivisionError: division by zero"  # type: ignore[attr-defined]
+
+
+def test_a_hanging_source_times_out_and_is_skipped_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "CAPTURE_GRACE_S", 0.1)
+    src = StubSource()
+    src.hanging = True
+    svc = service_for(src)
+    svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
+    svc.run_round()  # still hanging: skipped, not called concurrently
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
+    src.hang.set()
+
+
+def test_shutdown_abandons_a_stuck_round_after_window_plus_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "SHUTDOWN_GRACE_S", 0.2)
+    src = StubSource()
+    src.hanging = True
+    svc = service_for(src, collect_timeout=30.0)
+    svc.startup()
+    time.sleep(0.2)  # the first round starts at once and hangs in capture
+    t0 = time.monotonic()
+    svc.shutdown()
+    assert time.monotonic() - t0 < 0.05 + 0.2 + 0.5
+    assert src.closed
+
+
+def test_readiness_follows_the_rounds() -> None:
+    now = [1000.0]
+    src = StubSource()
+    svc = Service(Config(source=("stub:1",), port=0, address="127.0.0.1", period=60.0, window=1.0, jitter=5.0,
+                         collect_timeout=30.0), sources=[src], clock=lambda: now[0])
+    svc._started_at = now[0]
+    assert svc.readiness() == (True, "no window expected yet")
+    now[0] += 60 + 5 + 1 + 30 + 10 + 1
+    assert svc.readiness() == (False, "no round finished in the 107s since start")
+    svc.run_round()
+    assert svc.readiness() == (True, "last round finished 0s ago")
+    now[0] += 200
+    assert svc.readiness()[0] is False
+
+
+def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
+    svc = service_for(StubSource())
+    text, text_type = svc.render("text/plain")
+    om, om_type = svc.render("application/openmetrics-text; version=1.0.0")
+    assert text_type.startswith("text/plain") and om_type.startswith("application/openmetrics-text")
+    assert om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1
+    assert b"process_" in text or b"python_gc" in text  # the agent's own metrics, rendered per scrape
+    cached = svc._rendered[text_type][1]
+    assert svc.render("text/plain")[0].startswith(cached)
+    assert svc._rendered[text_type][1] is cached  # same snapshot: not rendered again
+    svc.builder.record(service_module.WindowResult("stub:1", "p", "failed"), 1.0)
+    svc.collector.publish(svc.builder.snapshot())
+    assert b'warpwatch_windows_total{outcome="failed"} 1.0' in svc.render("text/plain")[0]
+
+
+def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
+    """The agent started with --web-config (exporter-toolkit format, bcrypt hash) refuses scrapes
+    without the password and serves them with it; the password and the hash never reach the log."""
+    import base64
+
+    import bcrypt
+
+    password = "s3cret-pass"
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    agent = Agent("--source", "replay:@samples", "--period", "1s", "--window", "10ms", "--jitter", "0s",
+                  "--allow-high-duty", "--web-config", str(cfg))
+    try:
+        status, headers, _ = agent.get("/metrics")
+        assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Basic")
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        status, _, _ = agent.get("/metrics", {"Authorization": "Basic " + token})
+        assert status == 200
+        wrong = base64.b64encode(b"prometheus:nope").decode()
+        assert agent.get("/metrics", {"Authorization": "Basic " + wrong})[0] == 401
+    finally:
+        agent.stop()
+    log = "\n".join(agent.lines)
+    assert password not in log and hashed not in log
+
+
+@pytest.mark.slow
+def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() -> None:
+    """The Kineto daemon needs a start lead and a poll wait beyond window + collect_timeout: a source
+    states that overhead, and the round's bound grows by it instead of timing the window out."""
+    from warpwatch.service.agent import CAPTURE_GRACE_S
+
+    class SlowSource(StubSource):
+        capture_overhead_s = 2.0
+
+        def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+            time.sleep(window_s + timeout_s + CAPTURE_GRACE_S + 1.0)  # 1 s past the bound without overhead
+            return [CapturedWindow(source=self.name, path=ALEXNET)]
+
+    svc = service_for(SlowSource())
+    svc.run_round()
+    assert value(svc, md.WINDOWS, outcome="ok") == 1
+    assert value(svc, md.WINDOWS, outcome="timed_out") == 0
+
+
+def test_sources_state_their_capture_overhead() -> None:
+    from warpwatch.capture import capture_overhead_s
+    from warpwatch.capture.daemon import KinetoDaemonSource
+    from warpwatch.capture.daemon_window import KINETO_FINISH_S
+    from warpwatch.capture.servers import VllmSource
+
+    daemon = KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", start_lead_s=3.0, poll_interval_hint_s=5.0)
+    assert capture_overhead_s(daemon) == 1.5 * 5.0 + 1.0 + 3.0 + KINETO_FINISH_S  # no client seen yet
+    vllm = VllmSource("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
+    assert capture_overhead_s(vllm) == 3 * 10.0 + 1.0 + 2.0
+    assert capture_overhead_s(StubSource()) == 0.0

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: paths, trace builders, simulated GPU activity, fake peers."""
