@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "agent"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from activity import (  # noqa: E402
+from support.activity import (  # noqa: E402
     BLOCK,
     KernelType,
     Launch,
@@ -47,8 +47,7 @@ from activity import (  # noqa: E402
     truth,
     windows,
 )
-from tracebuild import H100  # noqa: E402
-
+from support.tracebuild import H100  # noqa: E402
 from warpwatch.analysis.window import analyze  # noqa: E402
 from warpwatch.model import DeviceProperties, KernelLaunch, Trace, TraceWindow  # noqa: E402
 from warpwatch.service.windowplan import WindowPlanner  # noqa: E402

@@ -180,7 +180,7 @@ def cmd_atheris(args: argparse.Namespace) -> int:
         corpus = Path(args.corpus) if args.corpus else Path(work) / "corpus"
         corpus.mkdir(parents=True, exist_ok=True)
         sys.path.insert(0, str(ROOT / "tests"))
-        import trace_oracle
+        from support import trace_oracle
 
         for i, seed in enumerate(trace_oracle.seeds()):
             (corpus / f"seed-{i:03d}").write_bytes(seed)
@@ -211,7 +211,7 @@ def cmd_atheris_child(argv: list[str]) -> int:
     import atheris
 
     sys.path.insert(0, str(ROOT / "tests"))
-    import trace_oracle
+    from support import trace_oracle
 
     # Every function loaded (warpwatch was imported by this script already, so instrument_imports
     # would miss it): the coverage that guides the mutations is that of the Python readers.
@@ -224,7 +224,7 @@ def cmd_atheris_child(argv: list[str]) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     """One saved input through the oracle: its outcome, or the assertion it fails."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import trace_oracle
+    from support import trace_oracle
 
     for name in args.files:
         print(f"{name}: {trace_oracle.check(Path(name).read_bytes())[:200]}")

@@ -14,11 +14,10 @@ from warpwatch.config import (
     add_arguments,
     config_fields,
     load_config,
-    parse_duration,
-    parse_size,
     settings_table_markdown,
 )
 from warpwatch.errors import ConfigError
+from warpwatch.units import parse_duration, parse_size
 
 BASE = {"WARPWATCH_SOURCE": "dir:/traces"}
 """Every valid config needs a source; tests that are not about sources take it from here."""

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .units import parse_bool, parse_duration, parse_int, parse_list, parse_path, parse_size, parse_str
 
 ENV_PREFIX = "WARPWATCH_"
 CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
@@ -160,99 +159,17 @@ class Config:
         return self.window / self.period
 
 
-# ---------------------------------------------------------------------------------------------
-# Value parsing
-
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKMGT]i?B|B)?\s*$")
-_SIZE_UNITS = {
-    None: 1, "B": 1,
-    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
-    "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
-}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def parse_duration(value: object) -> float:
-    """`500ms`, `10s`, `2m`, `1h` or plain seconds -> seconds. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(str(value))
-        if m is None:
-            raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h")
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-    if not math.isfinite(seconds):
-        raise ValueError("expected a finite duration")
-    return seconds
-
-
-def parse_size(value: object) -> int:
-    """`512MiB`, `2GiB`, `10GB`, `4096` -> bytes. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as 4096, 512MiB, 2GiB")
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(str(value))
-    if m is None or m.group(2) not in _SIZE_UNITS:
-        raise ValueError("expected a size such as 4096, 512MiB, 2GiB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
-
-
-def parse_bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError("expected true or false")
-
-
-def _parse_int(value: object) -> int:
-    if isinstance(value, bool):
-        raise ValueError("expected an integer")
-    if isinstance(value, int):
-        return value
-    return int(str(value).strip())
-
-
-def _parse_list(value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(value.split())
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ValueError("expected a string or a list of strings")
-
-
-def _parse_str(value: object) -> str:
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return str(value)
-    raise ValueError("expected a string")
-
-
-def _parse_path(value: object) -> Path | None:
-    if value is None or value == "":
-        return None
-    return Path(_parse_str(value))
-
-
 def _parser_for(setting: Setting) -> Callable[[object], Any]:
     if setting.kind == "choice":
         def choice(value: object) -> str:
-            text = _parse_str(value).strip().lower()
+            text = parse_str(value).strip().lower()
             if text not in setting.choices:
                 raise ValueError("expected one of " + ", ".join(setting.choices))
             return text
         return choice
     table: dict[str, Callable[[object], Any]] = {
-        "str": _parse_str, "int": _parse_int, "duration": parse_duration, "size": parse_size,
-        "bool": parse_bool, "list": _parse_list, "path": _parse_path,
+        "str": parse_str, "int": parse_int, "duration": parse_duration, "size": parse_size,
+        "bool": parse_bool, "list": parse_list, "path": parse_path,
     }
     return table[setting.kind]
 

@@ -27,7 +27,8 @@ from support.pki import HASH, PASSWORD, USER, Pki, basic, client_context, refuse
 from support.pki import get as webget
 from support.pki import make_leaf as _make_leaf
 from warpwatch.serving import Endpoints, HttpServer, Limits, accepts_gzip
-from warpwatch.serving.webconfig import dummy_hash, load_web_config
+from warpwatch.serving.webconfig import dummy_hash
+from warpwatch.serving.webfile import load_web_config
 
 BODY = b"# TYPE test_metric gauge\ntest_metric 1\n"
 

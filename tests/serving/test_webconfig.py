@@ -32,17 +32,14 @@ import pytest
 
 from support.pki import CURL, HASH, PASSWORD, USER, Pki, basic, client_context, get, refused
 from support.pki import make_leaf as _make_leaf
+from support.tlsserver import secure_server
 from warpwatch.errors import ConfigError
 from warpwatch.logs import TextFormatter
-from warpwatch.serving import webconfig
-from warpwatch.serving.webconfig import (
-    WebConfig,
-    authorize,
-    check_basic_auth,
-    load_web_config,
-    secure_server,
-    server_ssl_context,
-)
+from warpwatch.serving import basicauth
+from warpwatch.serving.basicauth import authorize, check_basic_auth
+from warpwatch.serving.tls import server_ssl_context
+from warpwatch.serving.webconfig import WebConfig
+from warpwatch.serving.webfile import load_web_config
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -460,8 +457,8 @@ def test_successful_checks_are_cached_failed_ones_are_not(tmp_path: Path, monkey
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", counting)
-    monkeypatch.setattr(webconfig, "_cache", collections.OrderedDict())
-    monkeypatch.setattr(webconfig, "AUTH_CACHE_SIZE", 3)
+    monkeypatch.setattr(basicauth, "_cache", collections.OrderedDict())
+    monkeypatch.setattr(basicauth, "AUTH_CACHE_SIZE", 3)
     users = "".join(f"  u{i}: {HASH}\n" for i in range(5))
     cfg = load_web_config(write_config(tmp_path, f"basic_auth_users:\n{users}"))
 
@@ -476,11 +473,11 @@ def test_successful_checks_are_cached_failed_ones_are_not(tmp_path: Path, monkey
     assert calls[-1][:7] == HASH.encode()[:7] == b"$2b$04$", "at the configured cost, not a fixed one"
     for i in range(1, 5):
         assert check_basic_auth(cfg, basic(f"u{i}", PASSWORD))
-    assert len(webconfig._cache) == 3, "the cache is bounded"
+    assert len(basicauth._cache) == 3, "the cache is bounded"
     n = len(calls)
     assert check_basic_auth(cfg, basic("u0", PASSWORD))
     assert len(calls) == n + 1, "u0 was evicted"
-    assert all(PASSWORD.encode() not in k for k in webconfig._cache)
+    assert all(PASSWORD.encode() not in k for k in basicauth._cache)
 
 
 def test_authorize_accepts_the_handlers_header_object(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ from ..logs import RepeatFilter, event, limited_event
 from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
 from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limits, raise_nofile
-from ..serving.webconfig import WebConfig, load_web_config
+from ..serving.webconfig import WebConfig
+from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
 from .signals import handle_signals
 from .ticker import CLOCK_JUMP_S, Ticker

@@ -3,7 +3,7 @@
 bcrypt is slow on purpose (about 50 ms at cost 10 on one core), so a flood of wrong passwords
 must neither take every core nor make a legitimate scrape wait behind it:
 
-- credentials verified before are answered from the cache at once (`webconfig.cached_basic_auth`),
+- credentials verified before are answered from the cache at once (`basicauth.cached_basic_auth`),
   without queueing: a Prometheus that scraped once is never slowed down by guessers;
 - the others wait in one queue per client address, served round-robin by `workers` threads,
   so a new client waits for at most one check per other waiting client, however many requests
@@ -24,7 +24,8 @@ import functools
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 
-from .webconfig import WebConfig, cached_basic_auth, check_basic_auth
+from .basicauth import cached_basic_auth, check_basic_auth
+from .webconfig import WebConfig
 
 BUSY = None
 """What `AuthQueue.check` returns when the queue is full (answer 429)."""

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .webconfig import _san_allowed
+from .tls import _san_allowed
 
 if TYPE_CHECKING:
     from .server import HttpServer

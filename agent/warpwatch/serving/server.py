@@ -50,7 +50,8 @@ from ..logs import RepeatFilter, limited_event
 from .aiohttplog import AiohttpLog
 from .connection import Connection, Limits, _reason
 from .endpoints import Endpoints
-from .webconfig import WebConfig, _ContextHolder
+from .tls import _ContextHolder, answer_plain_http, peek_first_byte
+from .webconfig import WebConfig
 
 log = logging.getLogger("warpwatch.http")
 
@@ -72,10 +73,6 @@ REJECT_REASONS: tuple[str, ...] = (
 _BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                 b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 42\r\n\r\n"
                 b"too many connections to warpwatch; retry\r\n\n")
-_PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                      b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
-
-
 class HttpServer:
     """Serves `endpoints` on (address, port) with `limits` (module doc): `start()`, `port`, `stop()`."""
 
@@ -310,34 +307,14 @@ class HttpServer:
     async def _open_tls(self, conn: Connection, limit: float) -> None:
         loop = asyncio.get_running_loop()
         sock = conn.sock
-        while True:
-            ready: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(sock.fileno(), _settle, ready)
-            try:
-                await ready
-            finally:
-                loop.remove_reader(sock.fileno())
-            try:
-                first = sock.recv(1, socket.MSG_PEEK)
-                break
-            except (BlockingIOError, InterruptedError):
-                continue
+        first = await peek_first_byte(sock)
         if not first:  # connected and closed (a TCP probe)
             conn.abort()
             return
         if first != b"\x16":  # not a TLS handshake record: most likely plain HTTP
             self.reject("tls_failed", conn.peer, "not TLS (plain HTTP on the TLS port?)", level=logging.DEBUG)
             if first.isalpha():
-                with contextlib.suppress(OSError):
-                    await loop.sock_sendall(sock, _PLAIN_HTTP_ANSWER)
-                    sock.shutdown(socket.SHUT_WR)
-                    drained = 0
-                    with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                        while drained < 65536:
-                            chunk = await asyncio.wait_for(loop.sock_recv(sock, 4096), 1.0)
-                            if not chunk:
-                                break
-                            drained += len(chunk)
+                await answer_plain_http(sock)
             conn.abort()
             return
         assert self._contexts is not None
@@ -402,8 +379,3 @@ class HttpServer:
         error = f"{type(exc).__name__}: {exc}" if exc is not None else str(context.get("message"))
         limited_event(log, self._repeats, ("asyncio", type(exc).__name__ if exc else "message"), "http_error",
                       logging.WARNING, error=error)
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

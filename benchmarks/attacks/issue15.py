@@ -1,29 +1,11 @@
-"""Every attack of issue 15, at full size, against a live agent on loopback; prints a table.
-
-    python benchmarks/attacks.py                      # this checkout's agent
-    python benchmarks/attacks.py --agent-path DIR     # another checkout's agent/ (e.g. a clone of main)
-    python benchmarks/attacks.py --only idle,slowloris --json out.json
-    python benchmarks/attacks.py --only issue20       # issue 20's rows (attacks20.py), in memory cgroups
-
-For each attack a fresh agent (`dir:` of an empty folder, 60 s period) is started, attacked for a
-bounded time while a normal client scrapes `/metrics` every 0.5 s (5 s time-out), sampled every
-0.25 s (RSS of the agent and PSS of its process tree from /proc/PID/smaps_rollup, threads, fds),
-then stopped with SIGTERM. A row
-gives the normal client's scrape latency under attack (median / worst, and how many failed), the
-agent's peak RSS, PSS, threads and fds, its exit code and how long SIGTERM took, and what the
-attack is about. Loopback only; every loop is bounded in count and time; the attacker raises its
-own fd limit. An agent above `--rss-cap` (8 GiB) is killed and reported so (the machine is shared).
-"""
+"""The attacks of issue 15, at full size: idle connections, slowloris, huge headers, vanishing clients,
+password guessing, daemon floods and the rest, each a function that returns its rows."""
 
 from __future__ import annotations
 
-import argparse
-import base64
 import contextlib
-import json
 import os
 import re
-import resource
 import signal
 import socket
 import statistics
@@ -33,222 +15,21 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from memcg import tree_pss_kb  # noqa: E402  (tests/ is where the repository's process helpers live)
-
-LOOPBACK_ATTACKER = "127.0.0.2"
-"""Attackers connect from here, the normal client from 127.0.0.1 (per-client fairness is by address)."""
-
-
-@dataclass
-class Row:
-    attack: str
-    scrape_p50_ms: float | None = None
-    scrape_max_ms: float | None = None
-    scrape_failed: int = 0
-    scrapes: int = 0
-    rss_mib: float = 0.0
-    pss_mib: float = 0.0
-    threads: int = 0
-    fds: int = 0
-    exit_code: int | str | None = None
-    stop_s: float | None = None
-    note: str = ""
-    tracebacks: int = 0
-    log_lines: int = 0
-
-
-# --------------------------------------------------------------------------------------------- agent
-
-
-class Agent:
-    def __init__(self, args: list[str], agent_path: Path, *, nofile: int | None = None,
-                 env: dict[str, str] | None = None, cgroup_procs: Path | None = None) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="ww-attack-"))
-        (self.tmp / "traces").mkdir()
-        cmd = [sys.executable, "-m", "warpwatch", "run", "--address", "0.0.0.0", "--port", "0",
-               "--period", "60s", "--window", "1s", "--jitter", "0", *args]
-        if not any(a == "--source" for a in args):
-            cmd += ["--source", f"dir:{self.tmp / 'traces'}"]
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
-        full_env["PYTHONPATH"] = str(agent_path)
-        full_env.update(env or {})
-
-        def limits() -> None:
-            if nofile is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-            if cgroup_procs is not None:  # joined before exec: nothing of the agent runs outside it
-                with open(cgroup_procs, "w") as fh:
-                    fh.write(str(os.getpid()))
-
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env=full_env, preexec_fn=limits)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + 30
-        self.port = 0
-        while time.monotonic() < deadline and not self.port:
-            for line in list(self.lines):
-                m = re.search(r"event=listening .*port=(\d+)|\"event\": \"listening\".*\"port\": (\d+)", line)
-                if m:
-                    self.port = int(m.group(1) or m.group(2))
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        if not self.port:
-            raise RuntimeError("agent did not start:\n" + "\n".join(self.lines[-20:]))
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def footprint(self) -> tuple[float, float, int, int]:
-        """(RSS MiB of the agent, PSS MiB of its process tree, threads, fds) now."""
-        pid = self.proc.pid
-        rss = pss = 0.0
-        threads = fds = 0
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Rss:"):
-                    rss = int(line.split()[1]) / 1024
-            pss = tree_pss_kb(pid) / 1024
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("Threads:"):
-                    threads = int(line.split()[1])
-            fds = len(os.listdir(f"/proc/{pid}/fd"))
-        return rss, pss, threads, fds
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> tuple[int | str, float]:
-        t0 = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            rc: int | str = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            rc = f"hung>{timeout:g}s"
-        self._reader.join(5)
-        return rc, time.monotonic() - t0
-
-
-# --------------------------------------------------------------------------------------------- measuring
-
-
-def scrape_once(port: int, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, float]:
-    """(status or 0 on failure, seconds) of one GET /metrics from 127.0.0.1."""
-    t0 = time.monotonic()
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            lines = ["GET /metrics HTTP/1.1", "Host: x", "Connection: close",
-                     *(f"{k}: {v}" for k, v in (headers or {}).items())]
-            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-                if time.monotonic() - t0 > timeout:
-                    raise TimeoutError
-        return int(data.split(b" ", 2)[1]), time.monotonic() - t0
-    except (OSError, ValueError, IndexError):
-        return 0, time.monotonic() - t0
-
-
-@contextlib.contextmanager
-def observe(agent: Agent, row: Row, headers: dict[str, str] | None = None,
-            rss_cap: float | None = None) -> Iterator[None]:
-    """Scrape every 0.5 s and sample the footprint every 0.25 s while inside; an agent whose RSS
-    or tree PSS goes above `rss_cap` MiB is killed (SIGKILL) and the note says so."""
-    stop = threading.Event()
-    times: list[float] = []
-
-    def scraper() -> None:
-        while not stop.is_set():
-            status, seconds = scrape_once(agent.port, headers)
-            row.scrapes += 1
-            if status == 200:
-                times.append(seconds)
-            else:
-                row.scrape_failed += 1
-            stop.wait(0.5)
-
-    def sampler() -> None:
-        while not stop.is_set():
-            rss, pss, threads, fds = agent.footprint()
-            row.rss_mib, row.pss_mib = max(row.rss_mib, rss), max(row.pss_mib, pss)
-            row.threads, row.fds = max(row.threads, threads), max(row.fds, fds)
-            if rss_cap is not None and max(rss, pss) > rss_cap and agent.proc.poll() is None:
-                agent.proc.kill()
-                row.note = f"killed above --rss-cap {rss_cap:.0f} MiB; " + row.note
-            stop.wait(0.25)
-
-    workers = [threading.Thread(target=scraper, daemon=True), threading.Thread(target=sampler, daemon=True)]
-    for w in workers:
-        w.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for w in workers:
-            w.join(10)
-        if times:
-            row.scrape_p50_ms = round(statistics.median(times) * 1000, 1)
-            row.scrape_max_ms = round(max(times) * 1000, 1)
-
-
-def finish(agent: Agent, row: Row) -> Row:
-    row.exit_code, stop_s = agent.stop()
-    row.stop_s = round(stop_s, 2)
-    row.tracebacks = sum(1 for line in agent.lines if line.startswith("Traceback"))
-    row.log_lines = len(agent.lines)
-    return row
-
-
-def connect_many(port: int, n: int, payload: bytes = b"") -> list[socket.socket]:
-    out = []
-    for _ in range(n):
-        try:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK_ATTACKER, 0))
-            s.settimeout(5)
-            s.connect(("127.0.0.1", port))
-            if payload:
-                s.sendall(payload)
-            out.append(s)
-        except OSError:
-            s.close()
-    return out
-
-
-def close_all(socks: list[socket.socket], reset: bool = False) -> None:
-    for s in socks:
-        with contextlib.suppress(OSError):
-            if reset:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            s.close()
-
-
-def bcrypt_config(tmp: Path, cost: int, password: bytes = b"right") -> Path:
-    """Users `prom` (the observer's) and `first` (seen once, for a first scrape), both `password`."""
-    import bcrypt
-
-    cfg = tmp / f"web{cost}.yml"
-    hashed = bcrypt.hashpw(password, bcrypt.gensalt(cost)).decode()
-    cfg.write_text(f"basic_auth_users:\n  prom: '{hashed}'\n  first: '{hashed}'\n")
-    return cfg
-
-
-def basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-# --------------------------------------------------------------------------------------------- attacks
+from .kit import (
+    LOOPBACK_ATTACKER,
+    Agent,
+    Row,
+    basic,
+    bcrypt_config,
+    close_all,
+    connect_many,
+    finish,
+    observe,
+    scrape_body,
+)
 
 
 def attack_idle(path: Path, rss_cap: float) -> list[Row]:
@@ -504,19 +285,6 @@ def attack_daemon(path: Path, rss_cap: float) -> list[Row]:
     return rows
 
 
-def scrape_body(port: int) -> tuple[int, str]:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        return int(head.split(b" ", 2)[1]), body.decode("utf-8", "replace")
-    except (OSError, ValueError, IndexError):
-        return 0, ""
-
-
 def attack_misc(path: Path, rss_cap: float) -> list[Row]:
     """Config, signals and protocol corners: each a yes/no in the note."""
     rows = []
@@ -577,51 +345,3 @@ ATTACKS: dict[str, Callable[[Path, float], list[Row]]] = {
     "idle": attack_idle, "slowloris": attack_slowloris, "headers": attack_headers, "vanish": attack_vanish,
     "auth": attack_auth, "daemon": attack_daemon, "misc": attack_misc,
 }
-
-
-def table(rows: list[Row]) -> str:
-    out = ["| attack | scrape p50 / max ms (failed/total) | RSS MiB | PSS MiB | threads | fds | exit (stop s) | "
-           "tracebacks | note |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        scrape = (f"{r.scrape_p50_ms} / {r.scrape_max_ms} ({r.scrape_failed}/{r.scrapes})" if r.scrapes else "-")
-        out.append(f"| {r.attack} | {scrape} | {r.rss_mib:.0f} | {r.pss_mib:.0f} | {r.threads} | {r.fds} | "
-                   f"{r.exit_code} ({r.stop_s}) | {r.tracebacks} | {r.note} |")
-    return "\n".join(out)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agent-path", type=Path, default=ROOT / "agent",
-                        help="the agent/ folder of the checkout to attack (default: this one)")
-    parser.add_argument("--only", default=",".join([*ATTACKS, "issue20"]),
-                        help="comma-separated: " + ",".join(ATTACKS) + ", issue20 (all of attacks20.py's) "
-                        "or any of them by name (default: all)")
-    parser.add_argument("--rss-cap", type=float, default=8192.0,
-                        help="MiB above which the agent is killed (issue 20's rows: also the memory cgroup "
-                        "each agent runs in, at most 2048)")
-    parser.add_argument("--json", type=Path, help="also write the rows here")
-    args = parser.parse_args()
-    from attacks20 import ATTACKS20, ISSUE20
-
-    ATTACKS.update(ATTACKS20)
-    names = [n for name in args.only.split(",") for n in (ISSUE20 if name == "issue20" else [name])]
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker holds thousands of sockets
-    rows: list[Row] = []
-    for name in names:
-        t0 = time.monotonic()
-        try:
-            rows += ATTACKS[name](args.agent_path, args.rss_cap)
-        except Exception as exc:  # one attack's failure must not lose the others' rows
-            rows.append(Row(name, note=f"attack failed: {type(exc).__name__}: {exc}"))
-        print(f"# {name}: {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
-    print(table(rows))
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.modules.setdefault("attacks", sys.modules["__main__"])  # attacks20 imports this module by name
-    sys.exit(main())
-

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from attacks import Agent, Row, close_all, scrape_body
-from attacks20_kit import Capped, events, wait_until, windows_total
+from .cgroup import Capped, events, wait_until, windows_total
+from .kit import Agent, Row, close_all, scrape_body
 
 CLIENT = """
 import sys, time

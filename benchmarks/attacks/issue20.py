@@ -1,8 +1,8 @@
 """Issue 20's hostile inputs and resources, as rows of `attacks.py`'s table (run them from there).
 
-    python benchmarks/attacks.py --only issue20                        # this checkout
-    python benchmarks/attacks.py --only issue20 --agent-path DIR/agent # e.g. a clone at 4ac2651
-    python benchmarks/attacks.py --only daemon_slash,gpus_1500
+    python benchmarks/attacks --only issue20                        # this checkout
+    python benchmarks/attacks --only issue20 --agent-path DIR/agent # e.g. a clone at 4ac2651
+    python benchmarks/attacks --only daemon_slash,gpus_1500
 
 This module holds the rows on files, labels and HTTP, and the list of all of them;
 `attacks20_daemon.py` the kineto-daemon rows; `attacks20_kit.py` the harness. Each row starts a
@@ -26,15 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from attacks import ROOT, Row, close_all, connect_many, scrape_body
-from attacks20_daemon import (
-    attack_daemon_gap,
-    attack_daemon_late,
-    attack_daemon_mute,
-    attack_daemon_registry,
-    attack_daemon_slash,
-)
-from attacks20_kit import (
+from support.tracebuild import kernel, span, trace_doc, write
+
+from .cgroup import (
     Capped,
     describe,
     errors_counted,
@@ -43,7 +37,14 @@ from attacks20_kit import (
     window_for,
     windows_total,
 )
-from tracebuild import kernel, span, trace_doc, write
+from .issue20_daemon import (
+    attack_daemon_gap,
+    attack_daemon_late,
+    attack_daemon_mute,
+    attack_daemon_registry,
+    attack_daemon_slash,
+)
+from .kit import ROOT, Row, close_all, connect_many, scrape_body
 
 HTA_TRACE = ROOT.parent / "shared" / "traces" / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data" \
     / "df_index_resolver" / "df_index_resolver.json.gz"

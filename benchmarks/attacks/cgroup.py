@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from attacks import Agent, Row, finish, observe, scrape_body
-from memcg import MemoryCgroup
-from memcg import unavailable as memcg_unavailable
+from support.memcg import MemoryCgroup
+from support.memcg import unavailable as memcg_unavailable
+
+from .kit import Agent, Row, finish, observe, scrape_body
 
 CAP_MIB = 2048.0
 """Memory for each agent of these rows: the original code's unbounded growths die here."""
