@@ -1,7 +1,7 @@
 """The compiled hot paths, each optional: `trace/_gpuscan.c` (the reader's skimming) and
 `_windowmath.c` (the per-launch loops of the analysis, `windowmath.py`). setup.py builds them where a C compiler
-is found; each has a Python twin that gives the same results (tests/test_gpuscan.py,
-tests/test_windowmath.py) and runs where the module is missing, or everywhere when
+is found; each has a Python twin that gives the same results (tests/trace/test_gpuscan.py,
+tests/analysis/test_windowmath.py) and runs where the module is missing, or everywhere when
 WARPWATCH_PURE_PYTHON=1."""
 
 from __future__ import annotations

@@ -18,55 +18,27 @@ Skipped, with the reason, when g++ or CUDA 13's `cuda_occupancy.h` is not instal
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import json
-import os
 import random
-import shutil
-import subprocess
-import tarfile
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.cudaocc import (
+    GXX,
+    HEADER_DIR,
+    Case,
+    _compare,
+    _report,
+)
 from warpwatch.analysis.occupancy import (
-    OccupancyResult,
-    _calculate,
-    max_active_blocks,
     reserved_shared_mem_per_block,
 )
 from warpwatch.model import DeviceProperties
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER_SOURCE = Path(__file__).resolve().parent / "cuda_occ" / "occ_driver.cpp"
-TRACES = ROOT.parent / "shared" / "traces"
 KIB = 1024
 
 
-def _find_header_dir() -> Path | None:
-    """A directory holding CUDA 13's cuda_occupancy.h (max compute capability 12.1)."""
-    candidates: list[Path] = []
-    if os.environ.get("CUDA_OCC_INCLUDE"):
-        candidates.append(Path(os.environ["CUDA_OCC_INCLUDE"]))
-    candidates += sorted(Path("/usr/local").glob("cuda-13*/include"), reverse=True)
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(env):
-            candidates.append(Path(os.environ[env]) / "include")
-    candidates.append(Path("/usr/local/cuda/include"))
-    for directory in candidates:
-        header = directory / "cuda_occupancy.h"
-        if header.is_file():
-            text = header.read_text(errors="replace")
-            if "#define __CUDA_OCC_MAJOR__ 12" in text and "#define __CUDA_OCC_MINOR__ 1" in text:
-                return directory
-    return None
-
-
-GXX = shutil.which("g++")
-HEADER_DIR = _find_header_dir()
 if GXX is None:
     pytest.skip("g++ is not installed: cannot compile the cuda_occupancy.h driver", allow_module_level=True)
 if HEADER_DIR is None:
@@ -76,92 +48,7 @@ if HEADER_DIR is None:
         allow_module_level=True,
     )
 
-Case = tuple[DeviceProperties, int, int, int, bool]
 """(device, block size, registers per thread, shared memory, optin)."""
-
-
-@pytest.fixture(scope="session")
-def occ_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The driver, compiled once per session."""
-    assert GXX is not None and HEADER_DIR is not None
-    binary = tmp_path_factory.mktemp("cuda_occ") / "occ_driver"
-    subprocess.run(
-        [GXX, "-O1", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADER_DIR}", str(DRIVER_SOURCE),
-         "-o", str(binary)],
-        check=True, capture_output=True, text=True, timeout=120,
-    )
-    return binary
-
-
-def _device_line(d: DeviceProperties) -> str:
-    fields = (
-        d.compute_major, d.compute_minor, d.max_threads_per_block, d.max_threads_per_sm, d.regs_per_block,
-        d.regs_per_sm, d.warp_size, d.shared_mem_per_block, d.shared_mem_per_sm, d.num_sms,
-        d.shared_mem_per_block_optin, reserved_shared_mem_per_block(d.compute_major),
-    )
-    assert all(isinstance(v, int) for v in fields), d
-    return " ".join(str(v) for v in fields)
-
-
-def _run_header(driver: Path, cases: list[Case]) -> list[tuple[int, ...]]:
-    """The header's answer per case: ("E", code) as (code,), or the 7 result numbers."""
-    lines = [f"{_device_line(d)} {t} {r} {s} {int(optin)}" for d, t, r, s, optin in cases]
-    done = subprocess.run(
-        [str(driver)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True, timeout=120
-    )
-    answers: list[tuple[int, ...]] = []
-    for line in done.stdout.splitlines():
-        kind, *numbers = line.split()
-        answers.append(tuple(int(n) for n in numbers))
-        assert (kind == "E" and len(numbers) == 1) or (kind == "R" and len(numbers) == 7), line
-    assert len(answers) == len(cases)
-    return answers
-
-
-def _ours(case: Case) -> tuple[int, ...]:
-    device, block_size, registers, shared_memory, optin = case
-    result = _calculate(device, block_size, registers, shared_memory, optin)
-    public = max_active_blocks(
-        device, block_size, registers, shared_memory, shmem_limit="optin" if optin else "default"
-    )
-    if isinstance(result, OccupancyResult):
-        assert public == result
-        return (
-            result.active_blocks_per_sm, result.limiting_factors_mask, result.block_limit_warps,
-            result.block_limit_registers, result.block_limit_shared_memory, result.block_limit_blocks,
-            result.block_limit_barriers,
-        )
-    assert isinstance(result, int), f"not callable through the header: {case}"
-    assert public is None
-    return (result,)
-
-
-def _compare(driver: Path, cases: list[Case], what: str) -> dict[str, int]:
-    expected = _run_header(driver, cases)
-    mismatches = []
-    outcome = {"errors": 0, "zero": 0, "positive": 0}
-    for case, want in zip(cases, expected, strict=True):
-        got = _ours(case)
-        if got != want:
-            mismatches.append((case, want, got))
-        if len(want) == 1:
-            outcome["errors"] += 1
-        else:
-            outcome["zero" if want[0] == 0 else "positive"] += 1
-    if mismatches:
-        shown = "\n".join(
-            f"  {d.compute_capability} {_device_line(d)} T={t} regs={r} smem={s} optin={o}: "
-            f"header {want}, port {got}"
-            for (d, t, r, s, o), want, got in mismatches[:10]
-        )
-        pytest.fail(f"{len(mismatches)} of {len(cases)} {what} differ from cuda_occupancy.h "
-                    f"(header (active, factors, warps, regs, smem, blocks, barriers) or (error,)):\n{shown}")
-    return outcome
-
-
-def _report(capsys: pytest.CaptureFixture[str], message: str) -> None:
-    with capsys.disabled():
-        print(f"\n[occupancy vs cuda_occupancy.h] {message}")
 
 
 # --- Random cases --------------------------------------------------------------------------------
@@ -330,99 +217,3 @@ def test_random_launches_on_every_architecture_agree_with_the_header(
 def test_both_shared_memory_limit_modes_are_compared() -> None:
     cases = _random_cases(100, seed=1)
     assert sum(1 for *_, optin in cases if optin) == sum(1 for *_, optin in cases if not optin) == 100
-
-
-# --- Real traces ---------------------------------------------------------------------------------
-
-_DEVICE_KEYS = {
-    "compute_major": "computeMajor", "compute_minor": "computeMinor", "num_sms": "numSms",
-    "warp_size": "warpSize", "max_threads_per_block": "maxThreadsPerBlock",
-    "max_threads_per_sm": "maxThreadsPerMultiprocessor", "regs_per_block": "regsPerBlock",
-    "regs_per_sm": "regsPerMultiprocessor", "shared_mem_per_block": "sharedMemPerBlock",
-    "shared_mem_per_sm": "sharedMemPerMultiprocessor", "shared_mem_per_block_optin": "sharedMemPerBlockOptin",
-}
-
-
-def _trace_files() -> list[Path]:
-    return sorted(p for p in TRACES.rglob("*") if p.name.endswith((".json", ".json.gz", ".tar.gz")))
-
-
-def _documents(path: Path) -> Iterator[bytes]:
-    """The raw JSON documents of one file (the dlrm tar.gz holds 8)."""
-    if path.name.endswith(".tar.gz"):
-        with tarfile.open(path) as archive:
-            for member in archive.getmembers():
-                file = archive.extractfile(member) if member.isfile() else None
-                if file is not None and member.name.endswith(".json"):
-                    yield file.read()
-    elif path.name.endswith(".gz"):
-        with gzip.open(path) as f:
-            yield f.read()
-    else:
-        yield path.read_bytes()
-
-
-TraceInput = tuple[DeviceProperties, int, int, int]
-"""(device, block size T, registers per thread, shared memory) of one kernel event."""
-
-
-def _kernel_inputs(path: Path) -> tuple[list[TraceInput], int]:
-    """The kernel inputs of one trace file, and how many of its documents have deviceProperties."""
-    inputs: list[TraceInput] = []
-    with_properties = 0
-    for raw in _documents(path):
-        if b'"deviceProperties"' not in raw:
-            continue  # cheap: most of the parsing time goes to files without deviceProperties
-        document = json.loads(raw)
-        if not isinstance(document, dict) or not document.get("deviceProperties"):
-            continue  # a bare event list, or empty deviceProperties: nothing to compute against
-        with_properties += 1
-        devices: dict[int, DeviceProperties] = {}
-        for entry in document["deviceProperties"]:
-            if all(isinstance(entry.get(key), int) for key in _DEVICE_KEYS.values()):
-                fields = {name: entry[key] for name, key in _DEVICE_KEYS.items()}
-                devices[entry["id"]] = DeviceProperties(id=0, name="", **fields)
-        for event in document.get("traceEvents", ()):
-            if event.get("cat") not in ("kernel", "Kernel"):
-                continue
-            args = event.get("args") or {}
-            device = devices.get(args.get("device"))  # type: ignore[arg-type]
-            block = args.get("block")
-            registers, shared = args.get("registers per thread"), args.get("shared memory")
-            if device is None or args.get("grid") is None or block is None or registers is None or shared is None:
-                continue  # e.g. ROCm kernels (no registers) or devices without the needed properties
-            inputs.append((device, block[0] * block[1] * block[2], registers, shared))
-    return inputs, with_properties
-
-
-def _trace_cases() -> tuple[set[TraceInput], int, int]:
-    """Distinct inputs of all kernel events (devices keyed by hardware, not id), event and file counts.
-
-    Files are parsed in parallel: json.loads of ~400 MB dominates the test's time.
-    """
-    files = _trace_files()
-    with ProcessPoolExecutor(max_workers=min(len(files), os.cpu_count() or 1)) as pool:
-        per_file = list(pool.map(_kernel_inputs, files))
-    inputs = {one for file_inputs, _ in per_file for one in file_inputs}
-    return inputs, sum(len(i) for i, _ in per_file), sum(n for _, n in per_file)
-
-
-def test_every_kernel_of_the_public_traces_agrees_with_the_header(
-    occ_driver: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    if not TRACES.is_dir():
-        pytest.skip(f"no trace corpus at {TRACES}")
-    inputs, kernels, files = _trace_cases()
-    assert kernels > 10_000 and len(inputs) > 100
-    distinct: list[Case] = [
-        (d, t, r, s, optin) for d, t, r, s in sorted(inputs, key=repr) for optin in (True, False)
-    ]
-    outcome = _compare(occ_driver, distinct, "trace kernel inputs")
-    ccs = sorted({d.compute_capability for d, *_ in distinct})
-    _report(
-        capsys,
-        f"{kernels} kernel events in {files} traces with deviceProperties -> "
-        f"{len(distinct) // 2} distinct (device, block size, registers, shared memory) inputs on compute "
-        f"capabilities {', '.join(ccs)}, x 2 shared-memory limit modes = {len(distinct)} cases agree exactly "
-        f"({outcome['positive']} with active blocks > 0, {outcome['zero']} with 0, {outcome['errors']} errors)",
-    )

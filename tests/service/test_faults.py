@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import json
 import os
 import re
@@ -27,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,32 +49,14 @@ from support.agent import (
 from support.daemonpeer import Peer, needs_torch
 from support.tracebuild import kernel, span, trace_doc
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
-from warpwatch.service import agent as service_module
 from warpwatch.service import window as window_module
 from warpwatch.service.agent import Service
-from warpwatch.service.ticker import Ticker
 
 
 def errors(samples: Any, stage: str, reason: str) -> float:
     return sample(samples, ERRORS, stage=stage, reason=reason) or 0.0
-
-
-@pytest.fixture(scope="module")
-def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ~25 MB trace (80,000 launches of 200 kernels): seconds of reading and analysis."""
-    n = 80_000
-    events = [span(0, n * 10 + 100)] + [
-        kernel(f"void heavy_kernel_{i % 200}<float, {i % 7}>(float*, int)", ts=10 + i * 10, dur=5,
-               grid=(i % 5000 + 1, 1, 1))
-        for i in range(n)
-    ]
-    path = tmp_path_factory.mktemp("big") / "big.json"
-    path.write_bytes(json.dumps(trace_doc(events)).encode())
-    assert path.stat().st_size > 20_000_000
-    return path
 
 
 # --------------------------------------------------------------------------------------------- the traced process
@@ -398,254 +378,3 @@ def test_nvml_errors_and_a_lost_gpu_are_counted_logged_once_and_recovered(
     assert [re.search(r"where=\"([^\"]+)\"", x).group(1) for x in logged] == [  # type: ignore[union-attr]
         "gpm sample 1", "utilization 1", "gpm sample 0", "utilization 0"]
     no_traceback(agent)
-
-
-# --------------------------------------------------------------------------------------------- start and stop
-
-
-def test_a_taken_daemon_socket_stops_the_start_with_a_message(tmp_path: Path) -> None:
-    root = Path(tempfile.mkdtemp(prefix="ww", dir="/tmp"))
-    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    squatter.bind(str(root / "dynolog"))
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "warpwatch", "run", "--source", f"kineto-daemon:socket_dir={root}",
-             "--trace-dir", str(tmp_path / "t"), "--port", "0"],
-            capture_output=True, text=True, timeout=30, check=False,
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")},
-                 "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "agent")})
-    finally:
-        squatter.close()
-        shutil.rmtree(root, ignore_errors=True)
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        f"warpwatch: error: kineto-daemon:socket_dir={root}: the Kineto daemon socket {root}/dynolog is already "
-        "taken: a dynolog daemon or another warpwatch is answering it.")
-    assert "Traceback" not in result.stderr
-
-
-def test_sigterm_during_a_capture_exits_0_within_the_window_plus_five_seconds(tmp_path: Path) -> None:
-    folder = tmp_path / "traces"
-    folder.mkdir()
-    (folder / "pending.json").write_text('{"traceEvents": [')  # unfinished: every capture waits its window
-    agent = Agent("--source", f"dir:{folder}", "--period", "60s", "--window", "3s", "--jitter", "0",
-                  "--collect-timeout", "3s")
-    time.sleep(1.0)  # inside the first window
-    rc, seconds = agent.stop()
-    assert rc == 0
-    assert seconds < 3 + 5
-    assert any("event=stopped" in x for x in agent.lines)
-    no_traceback(agent)
-
-
-def test_sigterm_during_analysis_exits_0_within_the_window_plus_five_seconds(big_trace: Path) -> None:
-    agent = Agent("--source", f"replay:{big_trace}", "--period", "60s", "--window", "1s", "--jitter", "0")
-    time.sleep(0.5)  # the first round started at once: reading and analysing 25 MB
-    assert not any("event=window" in x for x in agent.lines), "analysis already over: make the trace larger"
-    rc, seconds = agent.stop()
-    assert rc == 0
-    assert seconds < 1 + 5 + 1
-    assert any("event=stopped" in x for x in agent.lines)
-    no_traceback(agent)
-
-
-@pytest.mark.slow
-def test_a_hundred_concurrent_scrapes_during_a_heavy_window_all_get_the_last_good_snapshot(
-    big_trace: Path, tmp_path: Path
-) -> None:
-    """Rounds of the 25 MB trace take longer than the 1 s period: the agent is busy reading and
-    analysing nearly all the time, and a new round starts within a second of the last one."""
-    agent = Agent("--source", f"replay:{big_trace}", "--period", "1s", "--window", "50ms", "--jitter", "0",
-                  "--allow-high-duty")
-    try:
-        agent.wait_for(lambda s: windows(s, "ok") >= 1, timeout=60)  # a good snapshot
-        time.sleep(1.1)  # the next round is under way
-        results: list[tuple[int, bytes] | BaseException] = []
-        barrier = threading.Barrier(100)
-
-        def scrape() -> None:
-            try:
-                barrier.wait(10)
-                with urllib.request.urlopen(agent.url + "/metrics", timeout=60) as resp:
-                    results.append((resp.status, resp.read()))
-            except BaseException as exc:
-                results.append(exc)
-
-        threads = [threading.Thread(target=scrape) for _ in range(100)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(90)
-        assert len(results) == 100
-        failures = [r for r in results if not isinstance(r, tuple) or r[0] != 200]
-        assert failures == []
-        for r in results:
-            assert isinstance(r, tuple)
-            samples = parse(r[1].decode())
-            assert series(samples, md.KERNEL_TIME_SHARE.name)
-        assert sample(samples, "warpwatch_nvml_up") == 0  # no driver here: NVML is simply off
-    finally:
-        rc, _ = agent.stop(timeout=30)
-    assert rc == 0
-    assert len([x for x in agent.lines if "event=nvml_unavailable" in x]) == 1
-    no_traceback(agent)
-
-
-# --------------------------------------------------------------------------------------------- rounds and clocks
-
-
-class SteppedClock:
-    """A wall clock that an operator (or NTP, or a resumed VM) steps back and forth."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-        self.seen: list[float] = []
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            now = time.time() + self.offset
-            self.seen.append(now)
-            return now
-
-
-def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> None:
-    clock = SteppedClock()
-    src = ReplaySource(ALEXNET)
-    src.start()
-    cfg = Config(source=("replay:x",), address="127.0.0.1", port=0, period=0.2, window=0.01, jitter=0.0,
-                 allow_high_duty=True, collect_timeout=0.5)
-    svc = Service(cfg, sources=[src], clock=clock, monotonic=time.monotonic)
-    svc.startup()
-    try:
-        def ok() -> float:
-            return svc.registry.get_sample_value(WINDOWS, {"outcome": "ok"}) or 0.0
-
-        while ok() < 1:  # a first round has read the clock: steps from here on are steps
-            time.sleep(0.05)
-        for step in (+3600.0, -7200.0, +86400.0, -86400.0 - 3600.0):
-            before = ok()
-            clock.offset += step
-            deadline = time.monotonic() + 10
-            while ok() < before + 3:  # rounds go on, every 0.2 s of real time
-                assert time.monotonic() < deadline, f"rounds stopped after a {step:+g}s step"
-                time.sleep(0.05)
-            ready, reason = svc.readiness()
-            assert ready, reason
-            assert "-" not in reason
-        assert clock.offset == -7200.0
-        assert svc.registry.get_sample_value(ERRORS, {"stage": "clock", "reason": "jump"}) == 4
-        text = svc.render("text/plain")[0].decode()
-        samples = parse(text)
-        hist = {labels: v for (name, labels), v in samples.items() if name.startswith("warpwatch_window_processing")}
-        assert hist and all(v >= 0 for v in hist.values())
-        assert sample(samples, "warpwatch_window_processing_seconds_sum") < 60  # real seconds, not clock steps
-        stamp = sample(samples, "warpwatch_last_window_timestamp_seconds")
-        assert stamp is not None and abs(stamp - (time.time() - 7200)) < 60  # the stepped clock stamps windows
-    finally:
-        svc.shutdown()
-
-
-def test_the_ticker_ticks_every_period_and_never_bursts_after_missed_ones() -> None:
-    """The real APScheduler 3 underneath: periodic ticks, and a stalled tick coalesces the missed ones."""
-    ticks: list[float] = []
-    ticker = Ticker(lambda: ticks.append(time.monotonic()), period=0.2)
-    ticker.start()
-    time.sleep(1.1)
-    ticker.stop()
-    assert 4 <= len(ticks) <= 7
-    assert all(g > 0.1 for g in (b - a for a, b in itertools.pairwise(ticks))), ticks
-    slow: list[float] = []
-
-    def stall() -> None:
-        slow.append(time.monotonic())
-        if len(slow) == 1:
-            time.sleep(0.7)  # three periods missed
-
-    ticker = Ticker(stall, period=0.2)
-    ticker.start()
-    time.sleep(1.6)
-    ticker.stop()
-    # max_instances=1 and coalescing: no catch-up burst of the missed ticks.
-    assert len(slow) >= 3
-    assert all(b - a >= 0.1 for a, b in itertools.pairwise(slow)), slow
-
-
-def test_a_wall_clock_step_makes_the_next_tick_due_at_once() -> None:
-    """APScheduler 3 schedules on the wall clock: without the watchdog, a backward step of an hour
-    would stop rounds for an hour. The wall clock seen by the watchdog is stepped back by one."""
-    offset = [0.0]
-    ticks: list[float] = []
-    ticker = Ticker(lambda: ticks.append(time.monotonic()), period=3600.0,
-                    wall=lambda: time.time() + offset[0], watch_s=0.05)
-    ticker.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not ticks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ticks) == 1  # the first tick comes at once; the next is an hour away
-        time.sleep(0.3)
-        assert len(ticks) == 1
-        offset[0] = -3600.0
-        deadline = time.monotonic() + 5
-        while len(ticks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ticks) == 2
-    finally:
-        ticker.stop()
-
-
-def test_a_source_that_fails_every_round_is_counted_each_time_and_logged_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    src = StubSource()
-    src.raise_exc = RuntimeError("socket gone")
-    svc = service_for(src)
-    with caplog.at_level("DEBUG", logger="warpwatch.service"):
-        for _ in range(5):
-            svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "raised"}) == 5
-    lines = [r for r in caplog.records if r.msg == "window"]
-    assert [r.levelname for r in lines] == ["WARNING"] + ["DEBUG"] * 4
-
-
-def test_a_hanging_source_is_counted_as_timed_out_then_skipped_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "CAPTURE_GRACE_S", 0.1)
-    src = StubSource()
-    src.hanging = True
-    svc = service_for(src)
-    svc.run_round()
-    svc.run_round()
-    src.hang.set()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "timed_out"}) == 1
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "skipped_busy"}) == 1
-
-
-def test_an_overrun_round_is_skipped_and_counted() -> None:
-    svc = service_for(StubSource())
-    with svc._round_lock:  # a round still running
-        svc._tick()
-        svc._tick()
-    svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "round", "reason": "overrun"}) == 2
-
-
-def test_a_trace_over_the_size_limit_is_counted_as_too_large() -> None:
-    src = StubSource()
-    src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET)])
-    svc = service_for(src, max_trace_bytes=1000)
-    svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "read", "reason": "too_large"}) == 1
-
-
-def test_a_repeated_fault_is_logged_again_after_the_interval_with_its_count() -> None:
-    from warpwatch.logs import RepeatFilter
-
-    now = [0.0]
-    limiter = RepeatFilter(600.0, clock=lambda: now[0])
-    assert limiter.check("k") == 0  # the first: logged
-    assert [limiter.check("k") for _ in range(5)] == [None] * 5  # left out
-    assert limiter.check("other") == 0
-    now[0] = 600.0
-    assert limiter.check("k") == 5  # logged again, saying how many were left out
-    assert limiter.check("k") is None

@@ -16,9 +16,12 @@ from typing import Any
 
 from warpwatch.logs import event
 from warpwatch.serving.tls import _ContextHolder, _san_allowed, _ssl_reason
-from warpwatch.serving.webconfig import HANDSHAKE_TIMEOUT, TLSServerConfig, WebConfig
+from warpwatch.serving.webconfig import TLSServerConfig, WebConfig
 
 log = logging.getLogger("warpwatch.webconfig")
+
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a new connection may take to finish its TLS handshake."""
 
 
 _PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"

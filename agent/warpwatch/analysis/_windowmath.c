@@ -1,6 +1,6 @@
 /* The two loops of `analysis.analyze` that run once per launch, in C: the same arithmetic, in the
  * same order, as their Python definitions in windowmath.py (`group_launches`, `busy_time`), which
- * stay the reference and the fallback. tests/test_windowmath.py checks that both give the same
+ * stay the reference and the fallback. tests/analysis/test_windowmath.py checks that both give the same
  * floats, bit for bit, on random launches and on every shared trace.
  *
  *   group_sums(gids, n_groups, launches, t0, t1, w) -> (sum_h, sum_hd, sum_lim, longest, intervals) | None

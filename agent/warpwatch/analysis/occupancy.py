@@ -2,7 +2,7 @@
 
 A faithful port of `cudaOccMaxActiveBlocksPerMultiprocessor` from CUDA 13's header-only
 `cuda_occupancy.h` (`__CUDA_OCC_MAJOR__` 12, `__CUDA_OCC_MINOR__` 1: compute capabilities 3.x and
-5.0 up to 12.1), checked case by case against the real header by `tests/test_occupancy_vs_cuda.py`.
+5.0 up to 12.1), checked case by case against the real header by `tests/analysis/test_occupancy_vs_cuda.py`.
 
 Settings (spec `max_active_blocks_per_sm`)
 ------------------------------------------

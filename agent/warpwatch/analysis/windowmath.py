@@ -1,7 +1,7 @@
 """The per-launch loops of the window statistics: launches grouped with their sampling weights,
 and the busy-time estimator. Pure math, like `analysis` (which uses them); each runs in C where
 `_windowmath.c`, their compiled twin, is built (the same operations in the same order, so the same
-floats: tests/test_windowmath.py), else in Python as written here."""
+floats: tests/analysis/test_windowmath.py), else in Python as written here."""
 
 from __future__ import annotations
 

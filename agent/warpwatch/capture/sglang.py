@@ -4,7 +4,7 @@ What a `POST /start_profile` does depends on the version, and some requests stop
 (its scheduler raises, and SGLang ends every process when a scheduler dies). So each window
 first reads the version (`GET /get_server_info`, `"version"`; `/server_info` where the old path
 is gone) and sends only what that version takes safely. Upstream code read for each family
-(replayed by tests/engines/sglang_server.py):
+(replayed by tests/support/engines/sglang_server.py):
 
 - before 0.4.4 (`srt/managers/scheduler.py`: `start_profile` raises "Profiler is not enabled."
   unless the server's environment has `SGLANG_TORCH_PROFILER_DIR`; the tokenizer manager sends

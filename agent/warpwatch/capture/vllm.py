@@ -1,6 +1,6 @@
 """vLLM's profiler endpoints as a source of windows (`--source vllm:URL,dir=PATH`).
 
-Versions followed (upstream files read for each; see tests/engines/vllm_server.py, which
+Versions followed (upstream files read for each; see tests/support/engines/vllm_server.py, which
 replays them):
 
 - before v0.13: `vllm/entrypoints/openai/api_server.py` registers `POST /start_profile` and

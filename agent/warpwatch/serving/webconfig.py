@@ -68,8 +68,6 @@ from ..errors import ConfigError
 log = logging.getLogger("warpwatch.webconfig")
 
 
-HANDSHAKE_TIMEOUT = 10.0
-"""Seconds a new connection may take to finish its TLS handshake."""
 AUTH_CACHE_SIZE = 100
 """Successful basic-auth checks remembered (exporter-toolkit keeps 100 too)."""
 REALM = "warpwatch"

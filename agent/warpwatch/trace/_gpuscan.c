@@ -10,7 +10,7 @@
  * fields of `model.KernelLaunch`, their names and (grid, block) tuples interned in the dicts
  * `names` and `dims`.
  *
- * The contract, which tests/test_gpuscan.py checks on every shared trace and on mutated events:
+ * The contract, which tests/trace/test_gpuscan.py checks on every shared trace and on mutated events:
  * the result is either None ("decode this piece in Python") or exactly what the Python path
  * (skim + msgspec + scan) gives. Anything this parser is not sure of -- an escape in a key or a
  * name, a number that is not a plain finite JSON number of at most 18 digits, a type msgspec's
@@ -21,8 +21,8 @@
  * escape, whitespace JSON does not allow (`\v`, `\f`) around a category, a piece where some `{`
  * follows a `[` or a comma after no `}` (an object in an array: maybe a GPU event nested in
  * another's value, see may_nest) -- gives None, and the Python reader, which knows every such
- * case and its error message, reads the piece. tests/test_native_sanitizers.py fuzzes it under
- * AddressSanitizer and UBSan; tests/test_trace_fuzzing.py fuzzes it, coverage-guided, against
+ * case and its error message, reads the piece. tests/trace/test_native_sanitizers.py fuzzes it under
+ * AddressSanitizer and UBSan; tests/trace/test_trace_fuzzing.py fuzzes it, coverage-guided, against
  * the Python reader.
  */
 #define PY_SSIZE_T_CLEAN

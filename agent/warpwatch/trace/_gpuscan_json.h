@@ -1,5 +1,5 @@
 /* The JSON primitives of _gpuscan.c, which includes this file (one translation unit: these are its
- * hot loops and must inline there; setup.py and tests/test_native_sanitizers.py compile _gpuscan.c
+ * hot loops and must inline there; setup.py and tests/trace/test_native_sanitizers.py compile _gpuscan.c
  * alone): lexing (whitespace, strings, numbers, any value skipped), the typed values an event's
  * fields are read into, and the byte search that finds its `"cat"` keys. Each answers NULL for
  * whatever it is not sure of, as _gpuscan.c's contract asks.
@@ -311,7 +311,7 @@ static const char *read_dims(const char *p, const char *end, Value *v) {
 
 /* The next `needle` (2 to 16 bytes) in [p, end), or NULL. With SSE2, 16 positions at a time whose
  * first and last bytes match (3.5x faster than glibc's memmem for `"cat":`, found once per event);
- * elsewhere, or built with -DWARPWATCH_NO_SIMD (tests/test_native_sanitizers.py does), memmem. */
+ * elsewhere, or built with -DWARPWATCH_NO_SIMD (tests/trace/test_native_sanitizers.py does), memmem. */
 static const char *find(const char *p, const char *end, const char *needle, size_t n) {
 #if defined(__SSE2__) && !defined(WARPWATCH_NO_SIMD)
     const __m128i first = _mm_set1_epi8(needle[0]), last = _mm_set1_epi8(needle[n - 1]);

@@ -4,7 +4,7 @@ Most of a trace is CPU-side (operators, runtime calls, flows, Python frames): th
 only kernels, memcpy/memset (the GPU extent), the `Trace` span and, on AMD, hip* runtime calls.
 `skim_scan` finds those events by their category (a `"cat"` key whose value is `kernel`...) and
 reads only them; the other events of the piece are not decoded at all, which is most of the cost
-of a large trace. Two implementations, with the same results (tests/test_gpuscan.py):
+of a large trace. Two implementations, with the same results (tests/trace/test_gpuscan.py):
 
 - the compiled scanner, `_gpuscan.c` (built by setup.py where a C compiler is found): finds the
   events, parses them and builds the launches in one pass; it answers None for anything it is
