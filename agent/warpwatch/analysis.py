@@ -16,9 +16,7 @@ from dataclasses import dataclass
 
 from .gcpause import gc_paused
 from .model import (
-    ARTIFACT_KINDS,
     DeviceProperties,
-    DeviceStats,
     KernelLaunch,
     KernelStats,
     LaunchMetrics,

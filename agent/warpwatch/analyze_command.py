@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict
 from typing import IO, Any
 
 import msgspec
@@ -13,18 +12,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .analysis import analyze, launch_metrics, window_of
+from .analyze_json import analysis_to_dict, launch_record
 from .errors import TraceError
 from .escape import printable
 from .labels import KernelNamer
 from .model import (
-    ARTIFACT_KINDS,
     DeviceProperties,
-    KernelStats,
-    LaunchMetrics,
     Trace,
-    WindowAnalysis,
 )
-from .table import AMD, NVIDIA, render_table
+from .table import render_table
 from .trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
@@ -140,34 +136,6 @@ def _size(path: str) -> int:
         return 0
 
 
-def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:
-    """One kernel event as a JSON-ready dict (unknown = None); `label` is its `kernel` label."""
-    launch = lm.launch
-    return {
-        "name": launch.name,
-        "label": (namer or KernelNamer())(launch.name),
-        "device": launch.device,
-        "ts": launch.ts,
-        "dur": launch.dur,
-        "grid": list(launch.grid) if launch.grid else None,
-        "block": list(launch.block) if launch.block else None,
-        "launch_api": launch.launch_api,
-        "registers_per_thread": launch.registers_per_thread,
-        "shared_memory": launch.shared_memory,
-        "warps_per_sm": lm.warps_per_sm,
-        "reported_warps_per_sm": lm.reported_warps_per_sm,
-        "warps_per_block": lm.warps_per_block,
-        "max_active_blocks_per_sm": lm.max_active_blocks_per_sm,
-        "limiting_factors": list(lm.limiting_factors) if lm.limiting_factors is not None else None,
-        "theoretical_occupancy": lm.theoretical_occupancy,
-        "waves_per_sm": lm.waves_per_sm,
-        "resident_warps_per_sm": lm.resident_warps_per_sm,
-        "estimated_occupancy": lm.estimated_occupancy,
-        "artifacts": list(lm.artifacts),
-        "weight": lm.weight,
-    }
-
-
 def _write_launches(trace: Trace, out: IO[str]) -> None:
     enc = msgspec.json.Encoder()
     buf = bytearray()
@@ -179,50 +147,3 @@ def _write_launches(trace: Trace, out: IO[str]) -> None:
             out.write(buf.decode())
             buf.clear()
     out.write(buf.decode())
-
-
-def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> dict[str, Any]:
-    """The JSON summary of one window (the shape of `warpwatch analyze --format json`)."""
-    window = analysis.window
-    namer = KernelNamer()
-    return {
-        "path": analysis.path,
-        "rank": analysis.rank,
-        "window": {
-            "t0": window.t0,
-            "t1": window.t1,
-            "duration_us": window.duration,
-            "bounds": window.bounds,
-            "estimated_bounds": window.bounds == "estimated",
-        },
-        "launch_count": analysis.launch_count,
-        "artifacts": {k: analysis.artifacts[k] for k in ARTIFACT_KINDS if k in analysis.artifacts},
-        "devices": [
-            {
-                "device": d.device,
-                "name": (d.properties.name or None) if d.properties else None,
-                "vendor": d.properties.vendor if d.properties else None,
-                "uuid": d.properties.uuid if d.properties else None,
-                "arch": d.properties.arch if d.properties else None,
-                "compute_capability": d.properties.compute_capability if d.properties else None,
-                "compute_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).unit if d.properties else None,
-                "warp_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).warp if d.properties else None,
-                "sms": d.properties.num_sms if d.properties else None,
-                "max_warps_per_sm": d.properties.max_warps_per_sm if d.properties else None,
-                "resident_warps_per_sm": d.resident_warps_per_sm,
-                "estimated_occupancy": d.estimated_occupancy,
-                "busy_ratio": d.busy_ratio,
-                "samples": d.samples,
-                "low_confidence": d.low_confidence,
-            }
-            for d in analysis.devices
-        ],
-        "kernels": [_kernel_dict(k, namer) for k in analysis.kernels],
-        "warnings": list(trace.warnings) if trace else [],
-    }
-
-
-def _kernel_dict(k: KernelStats, namer: KernelNamer) -> dict[str, Any]:
-    """A kernel summary: its full `name`, then its `label` (the `kernel` label of its metrics)."""
-    d = asdict(k)
-    return {"device": d.pop("device"), "name": d.pop("name"), "label": namer(k.name), **d}
