@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from conftest import SHARED_TRACES
 from warpwatch.model import DeviceProperties
 from warpwatch.occupancy import (
     OccupancyResult,
@@ -42,7 +43,7 @@ from warpwatch.occupancy import (
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER_SOURCE = ROOT / "tests" / "cuda_occ" / "occ_driver.cpp"
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = SHARED_TRACES  # WARPWATCH_SHARED_TRACES, else ../shared/traces beside the clone (conftest)
 KIB = 1024
 
 
@@ -408,10 +409,9 @@ def _trace_cases() -> tuple[set[TraceInput], int, int]:
 
 
 def test_every_kernel_of_the_public_traces_agrees_with_the_header(
-    occ_driver: Path, capsys: pytest.CaptureFixture[str]
+    occ_driver: Path, capsys: pytest.CaptureFixture[str], shared_traces: Path
 ) -> None:
-    if not TRACES.is_dir():
-        pytest.skip(f"no trace corpus at {TRACES}")
+    # no silent skip: without the corpus the `shared_traces` fixture fails, naming where it looked
     inputs, kernels, files = _trace_cases()
     assert kernels > 10_000 and len(inputs) > 100
     distinct: list[Case] = [

@@ -20,6 +20,7 @@ from .model import (
     DeviceProperties,
     Trace,
 )
+from .sizes import byte_size, cli_message
 from .table import render_table
 from .trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
 
@@ -45,8 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
     p.add_argument(
-        "--max-trace-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="BYTES",
-        help="refuse traces larger than this once decompressed (default 2 GiB)",
+        "--max-trace-bytes", type=byte_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB "
+        "(default 2GiB)",
     )
     p.set_defaults(func=run_analyze)
 
@@ -71,7 +73,7 @@ def run_analyze(args: argparse.Namespace) -> int:
                 continue
             analysis = analyze(trace)
         except TraceError as exc:
-            print(f"warpwatch: error: {exc}", file=sys.stderr)
+            print(f"warpwatch: error: {cli_message(exc)}", file=sys.stderr)
             failed += 1
             continue
         if args.format == "table":

@@ -9,7 +9,7 @@ from typing import Any
 
 from .labels import KernelNamer
 from .model import ARTIFACT_KINDS, DeviceStats, KernelStats, LaunchMetrics, Trace, WindowAnalysis
-from .table import AMD, NVIDIA
+from .table_cells import AMD, NVIDIA
 
 
 def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:
