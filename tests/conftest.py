@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SHARED_TRACES = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
+SHARED_TRACES = Path(os.environ.get("WARPWATCH_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 HTA = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
 
 
