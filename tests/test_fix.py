@@ -63,7 +63,7 @@ def small_trace() -> dict[str, Any]:
 def test_the_corrected_values_replace_the_reported_ones_which_stay_beside_them(tmp_path: Path) -> None:
     src = write(tmp_path / "in.json", small_trace())
     counts = fix_trace(str(src), str(tmp_path / "out.json"))
-    assert counts == {"kernels": 2, "corrected": 2, "artefacts": 2}
+    assert counts == {"kernels": 2, "corrected": 2, "artefacts": 2, "reasons": {}, "notes": []}
     out = load(tmp_path / "out.json")
     huge, odd = (e["args"] for e in out["traceEvents"] if e.get("cat") == "kernel")
     # H100, 132 SMs: 65536*32768 blocks of 4 warps; 100 blocks of 48 threads = 2 warps each.
