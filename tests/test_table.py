@@ -142,8 +142,9 @@ def test_gpu_properties_that_match_no_device_are_named(tmp_path: Path) -> None:
     result = run_analyze(str(path), "--gpu-properties", str(props), env={"COLUMNS": "200"})
     assert result.returncode == 0
     assert (f"warning: --gpu-properties {props}: its device ids (0) match no device of {path}, whose kernels ran "
-            "on device 3; occupancy stays unknown for 3. Give each entry the `id` of the device it describes."
-            ) in result.stderr.replace("\n", " ")
+            "on device 3; as the trace then describes one device model, its properties apply to 3 (the output says "
+            "so). Give each entry the `id` of the device it describes.") in result.stderr.replace("\n", " ")
+    assert "properties of device 0 applied" in result.stdout
     props.write_text('{"3": ' + json_of(H100) + "}")
     result = run_analyze(str(path), "--gpu-properties", str(props), env={"COLUMNS": "200"})
     assert result.stderr == "" and "GPU 3: NVIDIA H100 (compute 9.0), 132 SMs" in result.stdout

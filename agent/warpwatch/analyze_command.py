@@ -11,7 +11,7 @@ import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .analysis import analyze, launch_metrics, window_of
+from .analysis import analyze, effective_devices, launch_metrics, window_of
 from .analyze_json import analysis_to_dict, launch_record
 from .errors import TraceError
 from .escape import printable
@@ -102,12 +102,16 @@ def _check_gpu_properties(path: str, props: dict[int, DeviceProperties], trace: 
     used = sorted({launch.device for launch in trace.launches})
     if not used or set(used) & set(props):
         return
-    missing = [d for d in used if d not in trace.devices]
+    devices, inferred = effective_devices(trace)
+    missing = [d for d in used if d not in devices]
+    applied = sorted(inferred)
     print(
         f"warpwatch analyze: warning: --gpu-properties {printable(path)}: its device ids "
         f"({', '.join(map(str, sorted(props)))}) match no device of {printable(trace.path)}, whose kernels ran on "
         f"device{'s' if len(used) > 1 else ''} {', '.join(map(str, used))}; "
         + (f"occupancy stays unknown for {', '.join(map(str, missing))}. " if missing else "")
+        + (f"as the trace then describes one device model, its properties apply to {', '.join(map(str, applied))} "
+           "(the output says so). " if applied else "")
         + "Give each entry the `id` of the device it describes.",
         file=sys.stderr,
     )
