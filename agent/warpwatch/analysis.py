@@ -26,7 +26,7 @@ from .model import (
 )
 from .occupancy import max_active_blocks
 from .trace.devices import one_model_devices
-from .windowbounds import device_bounds
+from .windowbounds import device_bounds, stream_edges
 from .windowmath import GROUP_KEY, group_launches
 from .windowstats import KernelAcc, as_float, bound_kernels, device_stats, kernel_stats
 
@@ -271,7 +271,7 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
     w_us = window.duration
     devices, inferred = effective_devices(trace)
     per_kernel: dict[tuple[int, str], KernelAcc] = defaultdict(KernelAcc)
-    by_stream: dict[int, dict[object, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    intervals: dict[int, list[tuple[float, float]]] = defaultdict(list)
     resident_time: dict[int, float] = defaultdict(float)
     longest: dict[int, float] = defaultdict(float)
     samples: dict[int, int] = defaultdict(int)
@@ -287,7 +287,7 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
         samples[dev] += g.n
         per_kernel[(dev, g.first.name)].add(lm, g, totals)
         if g.intervals:
-            by_stream[dev][g.first.stream].extend(g.intervals)
+            intervals[dev].extend(g.intervals)
             longest[dev] = max(longest[dev], g.longest)
         if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
             resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
@@ -299,13 +299,15 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
         accs.append(acc)
     kernels: list[KernelStats] = []
     device_rows = []
+    edges = stream_edges(trace.launches, window.t0, window.t1) if w_us > 0 else {}
     for dev in sorted(samples):
         ks, accs = per_device[dev]
-        if w_us > 0:
-            ks = bound_kernels(ks, accs, device_bounds(by_stream[dev], window.t0, window.t1), w_us)
+        bounds = device_bounds(intervals[dev], edges.get(dev, {}), window.t0, window.t1) if w_us > 0 else None
+        if bounds is not None:
+            ks = bound_kernels(ks, accs, bounds, w_us)
         kernels.extend(ks)
-        device_rows.append(device_stats(dev, devices.get(dev), window, ks, by_stream[dev], resident_time[dev],
-                                        samples[dev], longest[dev], inferred.get(dev)))
+        device_rows.append(device_stats(dev, devices.get(dev), window, ks, intervals[dev], bounds,
+                                        resident_time[dev], samples[dev], longest[dev], inferred.get(dev)))
     kernels.sort(key=lambda k: (-k.gpu_time, k.device, k.name))
     return WindowAnalysis(
         path=trace.path,

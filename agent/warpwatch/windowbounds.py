@@ -28,8 +28,14 @@ unbounded sums, which stay unbiased over many windows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+
+from .model import KernelLaunch
+
+_DEVICE, _STREAM, _TS, _DUR = attrgetter("device"), attrgetter("stream"), attrgetter("ts"), attrgetter("dur")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,65 +53,82 @@ class DeviceBounds:
     streams: int
 
 
-def union_length(intervals: Iterable[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
-    """The length of the union of `intervals` and the union itself (disjoint, sorted)."""
+def stream_edges(launches: Sequence[KernelLaunch], t0: float, t1: float) -> dict[int, dict[object, list[float]]]:
+    """Per device and stream, [first start, last end] of the captured launches of d > 0 (wholly
+    inside [t0, t1], as `analysis.sampling_weight` keeps them)."""
+    out: dict[int, dict[object, list[float]]] = {}
+    for dev, stream, ts, d in zip(map(_DEVICE, launches), map(_STREAM, launches), map(_TS, launches),
+                                  map(_DUR, launches), strict=True):
+        end = ts + d
+        if d <= 0 or ts < t0 or end > t1:
+            continue
+        streams = out.get(dev)
+        if streams is None:
+            streams = out[dev] = {}
+        edge = streams.get(stream)
+        if edge is None:
+            streams[stream] = [ts, end]
+        else:
+            if ts < edge[0]:
+                edge[0] = ts
+            if end > edge[1]:
+                edge[1] = end
+    return out
+
+
+def union_length(intervals: list[tuple[float, float]]) -> tuple[float, list[tuple[float, float]]]:
+    """The length of the union of `intervals` (sorted in place) and the union itself (disjoint, sorted)."""
+    intervals.sort()
     merged: list[tuple[float, float]] = []
-    total = 0.0
-    cur_s = cur_e = 0.0
-    started = False
-    for s, e in sorted(intervals):
-        if not started:
-            cur_s, cur_e, started = s, e, True
-        elif s > cur_e:
+    if not intervals:
+        return 0.0, merged
+    cur_s, cur_e = intervals[0]
+    for s, e in intervals:
+        if s > cur_e:
             merged.append((cur_s, cur_e))
-            total += cur_e - cur_s
             cur_s, cur_e = s, e
         elif e > cur_e:
             cur_e = e
-    if started:
-        merged.append((cur_s, cur_e))
-        total += cur_e - cur_s
-    return total, merged
+    merged.append((cur_s, cur_e))
+    return sum(e - s for s, e in merged), merged
 
 
 def _covered(merged: Sequence[tuple[float, float]], a: float, b: float) -> float:
     """|U ∩ [a, b]| for a union given as disjoint sorted intervals."""
     out = 0.0
-    for s, e in merged:
+    for s, e in merged[max(bisect.bisect_left(merged, (a, a)) - 1, 0):]:
+        if s >= b:
+            break
         lo, hi = max(s, a), min(e, b)
         if hi > lo:
             out += hi - lo
     return out
 
 
-def device_bounds(by_stream: dict[object, list[tuple[float, float]]], t0: float, t1: float) -> DeviceBounds:
-    """The bounds of one device from its captured intervals (d > 0), grouped by stream."""
+def device_bounds(intervals: list[tuple[float, float]], edges: dict[object, list[float]], t0: float,
+                  t1: float) -> DeviceBounds:
+    """The bounds of one device from its captured intervals (d > 0; sorted in place) and each
+    stream's [first start, last end] (`stream_edges`)."""
     w = t1 - t0
-    observed, merged = union_length(iv for ivs in by_stream.values() for iv in ivs)
+    observed, merged = union_length(intervals)
+    if not edges:
+        return DeviceBounds(0.0, w, w, 2, 0)
     room = 0.0
     slots = 0
     first_max = t0
     last_min = t1
-    streams = 0
-    for ivs in by_stream.values():
-        if not ivs:
-            continue
-        streams += 1
-        first = min(s for s, _ in ivs)
-        last = max(e for _, e in ivs)
+    for first, last in edges.values():
         left, right = max(first - t0, 0.0), max(t1 - last, 0.0)
         room += left + right
         slots += (left > 0) + (right > 0)
         first_max = max(first_max, first)
         last_min = min(last_min, last)
-    if streams == 0:
-        return DeviceBounds(0.0, w, w, 2, 0)
     if first_max >= last_min:
         high = w
     else:
-        edges = (first_max - t0) + (t1 - last_min)
-        high = observed + edges - _covered(merged, t0, first_max) - _covered(merged, last_min, t1)
-    return DeviceBounds(observed, min(max(high, observed), w), room, slots, streams)
+        edge_time = (first_max - t0) + (t1 - last_min)
+        high = observed + edge_time - _covered(merged, t0, first_max) - _covered(merged, last_min, t1)
+    return DeviceBounds(observed, min(max(high, observed), w), room, slots, len(edges))
 
 
 def clamp(value: float, low: float, high: float) -> float:

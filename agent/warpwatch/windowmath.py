@@ -18,11 +18,10 @@ NATIVE = _native is not None
 arithmetic in the same order); False: in Python (`native`)."""
 
 GROUP_KEY = attrgetter(
-    "device", "name", "stream", "grid", "block", "registers_per_thread", "shared_memory",
+    "device", "name", "grid", "block", "registers_per_thread", "shared_memory",
     "reported_warps_per_sm", "reported_blocks_per_sm", "reported_occupancy_pct", "launch_api",
 )
-"""Launches equal on these fields have equal metrics and artefacts; only ts and dur differ (the
-stream is part of it so that the window bounds see each stream's first and last launch)."""
+"""Launches equal on these fields have equal metrics and artefacts; only ts and dur differ."""
 
 
 class Group:

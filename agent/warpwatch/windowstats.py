@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from .model import ARTIFACT_KINDS, DeviceProperties, DeviceStats, KernelStats, LaunchMetrics, TraceWindow
-from .windowbounds import DeviceBounds, clamp, device_bounds, project_excess
+from .windowbounds import DeviceBounds, clamp, project_excess
 from .windowmath import MAX_OVERLAP, Group, busy_time
 
 MEANS = ("warps_per_sm", "resident_warps_per_sm", "theoretical_occupancy", "estimated_occupancy", "waves_per_sm")
@@ -135,10 +135,11 @@ def bound_kernels(kernels: list[KernelStats], accs: list[KernelAcc], b: DeviceBo
 
 def device_stats(
     dev: int, props: DeviceProperties | None, window: TraceWindow, kernels: list[KernelStats],
-    by_stream: dict[object, list[tuple[float, float]]], resident_time: float, samples: int, longest: float,
-    properties_from: int | None,
+    intervals: list[tuple[float, float]], b: DeviceBounds | None, resident_time: float, samples: int,
+    longest: float, properties_from: int | None,
 ) -> DeviceStats:
-    """One device's statistics in the window; `kernels` are its kernels, already bounded."""
+    """One device's statistics in the window; `kernels` are its kernels, already bounded by `b`
+    (None: the window has no length); `intervals` its captured launches of d > 0, sorted."""
     w_us = window.duration
     reasons: list[str] = []
     if window.bounds == "estimated":
@@ -147,10 +148,9 @@ def device_stats(
         reasons.append("window unknown")
     busy = ratio = observed = unbounded = None
     bounds: tuple[float, float] | None = None
-    streams = sum(1 for ivs in by_stream.values() if ivs)
-    if w_us > 0:
-        b = device_bounds(by_stream, window.t0, window.t1)
-        busy, truncated = busy_time([iv for ivs in by_stream.values() for iv in ivs], w_us)
+    streams = b.streams if b is not None else 0
+    if b is not None:
+        busy, truncated = busy_time(intervals, w_us)
         if truncated:
             reasons.append(f"more than {MAX_OVERLAP + 1} launches at once: busy estimated")
         bounded = clamp(busy, b.observed, b.busy_high)
@@ -161,7 +161,7 @@ def device_stats(
         if longest >= LONG_KERNEL_RATIO * w_us:
             reasons.append(f"a captured launch runs {longest / w_us:.0%} of the window: long kernels are "
                            "under-sampled")
-        captured = sum(len(ivs) for ivs in by_stream.values())
+        captured = len(intervals)
         if captured < FEW_LAUNCHES and observed >= 0.5:
             reasons.append(f"few launches ({captured}) in a busy window")
     if unbounded is not None or any(k.bounded for k in kernels):
