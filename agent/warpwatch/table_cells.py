@@ -96,7 +96,8 @@ def device_lines(d: DeviceStats) -> list[str]:
 def window_line(analysis: WindowAnalysis) -> str:
     w = analysis.window
     rank = f", rank {analysis.rank}" if analysis.rank is not None else ""
-    return f"Window: {w.duration / 1000:,.3f} ms ({BOUNDS[w.bounds]}){rank}; {analysis.launch_count:,} kernel launches"
+    n = analysis.launch_count
+    return f"Window: {w.duration / 1000:,.3f} ms ({BOUNDS[w.bounds]}){rank}; {n:,} kernel launch{'' if n == 1 else 'es'}"
 
 
 def column_numbers(values: Sequence[float | None]) -> list[str]:
