@@ -102,6 +102,14 @@ def test_an_estimated_window_says_so_rather_than_few_launches(tmp_path: Path) ->
     assert "low confidence: window estimated from GPU events" in text and "few launches" not in text
 
 
+def test_few_launches_in_a_busy_window_is_its_own_reason(tmp_path: Path) -> None:
+    """Three 200 us launches in a 1000 us window: 60 % busy on 3 captured launches."""
+    events = [span(0, 1000)] + [kernel("k", ts=100 + 250 * i, dur=200) for i in range(3)]
+    (dev,) = analyze(read_trace(write(tmp_path / "few.json", trace_doc(events)))).devices
+    assert dev.low_confidence and "few launches (3) in a busy window" in dev.low_confidence_reasons
+    assert "window estimated from GPU events" not in dev.low_confidence_reasons
+
+
 def _mi300x(tmp_path: Path, devices: list[dict[str, Any]]) -> Path:
     events = [span(0, 10_000)] + [kernel(f"k{i}", ts=100 + 500 * i, dur=100, grid=(1000, 1, 1), block=(256, 1, 1),
                                          device=2, sms=None) for i in range(12)]
@@ -116,8 +124,9 @@ def test_one_model_properties_apply_to_the_devices_the_kernels_ran_on_and_say_so
     (dev,) = doc["devices"]
     assert dev["device"] == 2 and dev["name"] == "AMD Instinct MI300X" and dev["properties_from_device"] == 0
     assert doc["kernels"][0]["warps_per_sm"] == pytest.approx(1000 * 4 / 304)
-    assert "properties of device 0 applied (the trace describes one device model, and lists no device 2)" in \
-        " ".join(table(path, 200))
+    text = " ".join(line.strip() for line in table(path, 200))
+    assert "properties of device 0 applied (the trace describes one device model, and lists no device 2)" in text
+    assert "Occupancy is not shown: CUDA's occupancy calculator does not apply to AMD GPUs" in text
     out = cli("fix", str(path), "-o", str(tmp_path / "fixed.json"))
     assert out.returncode == 0 and "12 with corrected values" in out.stdout
     assert "device 2: the properties of device 0 applied" in out.stdout

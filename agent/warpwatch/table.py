@@ -286,6 +286,9 @@ def _notes(
     devices = {k.device for k in kernels}
     if "gpu" not in widths and len(devices) == 1:
         yield f"All kernels ran on GPU {next(iter(devices))}."
+    if words is AMD and "estimated" not in widths:
+        yield ("Occupancy is not shown: CUDA's occupancy calculator does not apply to AMD GPUs (the "
+               "wavefronts per CU are computed from grid, block and the CU count).")
     w, u = words.warp, words.unit
     yield (
         "Kernel: the `kernel` label of its metrics (--format json shows the full name). Time %: the kernel's "

@@ -97,7 +97,8 @@ def window_line(analysis: WindowAnalysis) -> str:
     w = analysis.window
     rank = f", rank {analysis.rank}" if analysis.rank is not None else ""
     n = analysis.launch_count
-    return f"Window: {w.duration / 1000:,.3f} ms ({BOUNDS[w.bounds]}){rank}; {n:,} kernel launch{'' if n == 1 else 'es'}"
+    launches = f"{n:,} kernel launch{'' if n == 1 else 'es'}"
+    return f"Window: {w.duration / 1000:,.3f} ms ({BOUNDS[w.bounds]}){rank}; {launches}"
 
 
 def column_numbers(values: Sequence[float | None]) -> list[str]:
