@@ -73,6 +73,23 @@ def test_long_gemms_on_one_stream_read_at_most_100_percent_beside_what_the_trace
     assert not [m for m in re.findall(r"\b(\d+\.\d)%", text) if float(m) > 100]  # nothing above 100 %
 
 
+def test_the_ranking_follows_what_the_kernels_can_have_run(tmp_path: Path) -> None:
+    """One stream, W = 1 s, idle 1 ms at each edge: `long` ran 2 x 140.5 ms (28.1 %), `short` 286 x
+    1 ms (28.6 %). Unbounded, `long` reads 281 ms x 1/(1 - 0.1405) = 32.7 % and ranks first; the
+    trace allows the two together only 2 ms more than they show, so `short` stays first."""
+    events, t = [span(0, 1_000_000)], 1000.0
+    for i in range(288):
+        name, dur = ("long", 140_500.0) if i in (100, 200) else ("short", 1000.0)
+        events.append(kernel(name, ts=t, dur=dur))
+        t += dur + 100
+    events.append(kernel("tail", ts=998_000, dur=1000))
+    a = analyze(read_trace(write(tmp_path / "rank.json", trace_doc(events))))
+    by = {k.name: k for k in a.kernels}
+    assert by["long"].counted_gpu_time > by["short"].counted_gpu_time  # the unbiased sums, for the counters
+    assert [k.name for k in a.kernels][:2] == ["short", "long"]
+    assert by["long"].time_share == pytest.approx(0.281, abs=0.0021) and by["short"].time_share >= 0.286
+
+
 def test_gauges_of_a_window_stay_within_bounds_while_counters_keep_the_unbiased_sum(tmp_path: Path) -> None:
     analysis = analyze(read_trace(gemms(tmp_path)))
     builder = SnapshotBuilder(top_kernels=50)
