@@ -116,8 +116,8 @@ def estimate(cut: Sequence[tuple[float, float, list[Launch]]]) -> tuple[Estimate
         a = analyze(as_trace(t0, w, kept))
         observed += w
         for k in a.kernels:
-            sums[k.name] = sums.get(k.name, 0.0) + k.gpu_time
-            per_window.setdefault(k.name, []).append(k.gpu_time / w)
+            sums[k.name] = sums.get(k.name, 0.0) + k.counted_gpu_time  # what the counters add
+            per_window.setdefault(k.name, []).append(k.counted_gpu_time / w)  # 0.1: unbounded gauges
             if k.name == "attn":
                 attn_x += k.weighted_sums["warps_per_sm"]
                 assert k.warps_per_sm is not None

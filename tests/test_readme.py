@@ -93,7 +93,16 @@ def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_co
     assert relu_value("warpwatch_kernel_reported_warps_per_sm_min") == -396
     assert relu_value("warpwatch_kernel_warps_per_sm") == pytest.approx(99 * 4 / 68)
     assert lines['warpwatch_gpu_busy_ratio{gpu="0"}'] == pytest.approx(0.4055, abs=5e-5)
+    assert not [k for k in lines if "_total" in k], "the grep shows the gauges, not the counters at 0"
     assert agent.returncode == 0
+
+
+def test_quick_start_says_why_counters_are_left_out_and_the_tests_section_says_what_the_corpus_is() -> None:
+    section = _section("Quick start")
+    assert "_seconds_total" in section and "read 0 after the first window" in section
+    tests = _section("Running the tests")
+    assert "../shared/traces" in tests and "WARPWATCH_SHARED_TRACES" in tests and "SOURCES.md" in tests
+    assert "holistictraceanalysis==0.5.0" in tests
 
 
 def test_quick_start_analyze_shows_the_reproduction() -> None:

@@ -214,7 +214,11 @@ class LaunchMetrics:
 
 @dataclass(frozen=True, slots=True)
 class KernelStats:
-    """Per (device, kernel) statistics of one window, sampling-corrected (spec)."""
+    """Per (device, kernel) statistics of one window, sampling-corrected (spec).
+
+    `launches`, `launch_rate`, `gpu_time` and `time_share` are the window's estimates kept within
+    what the trace proves possible (spec "Physical bounds"); the `_total` counters add the unbiased
+    sums instead (`counted_gpu_time`, `counted_launches`)."""
 
     device: int
     name: str
@@ -234,6 +238,31 @@ class KernelStats:
     weighted_sums: dict[str, float] = field(default_factory=dict)
     """Per mean field x: Σh·d·x over the launches where x is known (µs·x); the numerators of the
     means above, which the exporter accumulates as `_seconds_total` counters."""
+    observed_gpu_time: float | None = None
+    """Σd over the captured launches (µs), unweighted: what the trace itself shows."""
+    observed_time_share: float | None = None
+    """observed_gpu_time / W."""
+    unbounded_gpu_time: float | None = None
+    """Σh·d, the unbiased estimate the counters add, where the bound changed `gpu_time`; None: equal."""
+    unbounded_launches: float | None = None
+    """Σh, where the bound changed `launches`; None: equal."""
+    reported_warps_per_sm: float | None = None
+    """Duration-weighted mean of the profiler's own finite `warps per SM` (beside `warps_per_sm`)."""
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the window's estimate was brought within what the trace proves possible."""
+        return self.unbounded_gpu_time is not None or self.unbounded_launches is not None
+
+    @property
+    def counted_gpu_time(self) -> float:
+        """Σh·d (µs): what `warpwatch_kernel_seconds_total` adds for this window."""
+        return self.gpu_time if self.unbounded_gpu_time is None else self.unbounded_gpu_time
+
+    @property
+    def counted_launches(self) -> float:
+        """Σh: what `warpwatch_kernel_launches_estimated_total` adds for this window."""
+        return self.launches if self.unbounded_launches is None else self.unbounded_launches
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,11 +277,25 @@ class DeviceStats:
     samples: int
     low_confidence: bool
     busy_time: float | None = None
-    """Estimated time (µs) with at least one kernel running: busy_ratio·W, not capped."""
+    """Estimated time (µs) with at least one kernel running, unbiased and not bounded: what
+    `warpwatch_gpu_busy_seconds_total` adds (busy_ratio is this brought within its bounds, / W)."""
     resident_time: float | None = None
     """Σh·d·resident_warps_per_sm over the launches where it is known (µs·warps)."""
     longest_kernel: float = 0.0
     """Longest captured launch (µs): near W, the window is too short for the workload."""
+    observed_busy_ratio: float | None = None
+    """|union of the captured launches' intervals| / W: what the trace itself shows."""
+    busy_bounds: tuple[float, float] | None = None
+    """(lowest, highest) busy ratio the trace proves possible: the observed union, and it plus the
+    idle-looking time at the window's edges where only a dropped straddler can hide."""
+    unbounded_busy_ratio: float | None = None
+    """busy_time / W where the bound changed `busy_ratio`; None: equal."""
+    low_confidence_reasons: tuple[str, ...] = ()
+    """Why `low_confidence`, in words (empty when it is not)."""
+    properties_from: int | None = None
+    """The device id whose `deviceProperties` were applied, when not this one (spec: one model)."""
+    streams: int = 0
+    """Streams with captured launches of non-zero duration on this device."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,17 +16,12 @@ from typing import Any
 import pytest
 
 from support.paths import HTA
-from support.tracebuild import span, trace_doc, write
+from support.tracebuild import MI300X, span, trace_doc, write
 from warpwatch.analysis.window import analyze, launch_metrics
 from warpwatch.membudget import ReadLimits
 from warpwatch.trace import read_trace
 
 MI250 = HTA / "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-MI300X = {
-    "id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 205822885888, "computeMajor": 9, "computeMinor": 4,
-    "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 64,
-    "sharedMemPerBlock": 65536, "numSms": 304, "maxSharedMemoryPerMultiProcessor": 65536,
-}
 
 
 def test_mi250_work_item_launches_count_blocks_of_work_items() -> None:

@@ -162,22 +162,33 @@ def test_short_and_long_kernel_in_a_1000_us_window_are_weighted_horvitz_thompson
     result = analyze(parse(doc))
     by_name = {k.name: k for k in result.kernels}
     h_short, h_long = 1000 / 990, 1000 / 100
-    assert by_name["short"].launches == pytest.approx(h_short)
-    assert by_name["long"].launches == pytest.approx(h_long)
-    assert by_name["short"].gpu_time == pytest.approx(10 * h_short)
-    assert by_name["long"].time_share == pytest.approx(900 * h_long / 1000)
-    assert by_name["short"].launch_rate == pytest.approx(h_short / 1e-3)
+    # the unbiased sums (what the counters add): Horvitz-Thompson
+    assert by_name["short"].counted_launches == pytest.approx(h_short)
+    assert by_name["long"].counted_launches == pytest.approx(h_long)
+    assert by_name["short"].counted_gpu_time == pytest.approx(10 * h_short)
+    assert by_name["long"].counted_gpu_time == pytest.approx(900 * h_long)
+    # the window's figures, within what the trace proves: one stream, idle 10 us before the first
+    # launch and 50 us after the last, where only dropped straddlers can hide (60 us, 2 launches)
+    assert by_name["long"].gpu_time == pytest.approx(960) and by_name["short"].gpu_time == pytest.approx(10)
+    assert by_name["long"].time_share == pytest.approx(0.96)
+    assert by_name["long"].launches == pytest.approx(3) and by_name["short"].launches == pytest.approx(1)
+    assert by_name["short"].launch_rate == pytest.approx(1 / 1e-3)
+    assert by_name["long"].observed_gpu_time == 900 and by_name["long"].observed_time_share == 0.9
     assert [k.name for k in result.kernels] == ["long", "short"]
-    # device resident warps: sum of h*d*resident / W, not capped (a cap biases every average)
     resident_short = 132 * 4 / 132
     resident_long = 264 * 4 / 132
-    expected = (h_short * 10 * resident_short + h_long * 900 * resident_long) / 1000
+    expected = (10 * resident_short + 960 * resident_long) / 1000
     (dev,) = result.devices
     assert dev.resident_warps_per_sm == pytest.approx(expected)
     assert dev.estimated_occupancy == pytest.approx(expected / 64)
-    # busy: the two do not overlap, so the estimate is the sum of h*d (above 1 in this one window)
-    assert dev.busy_ratio == pytest.approx((h_short * 10 + h_long * 900) / 1000)
-    # the 900 us kernel is at least half the window: low confidence
+    assert dev.resident_time == pytest.approx(h_short * 10 * resident_short + h_long * 900 * resident_long)
+    # busy: unbiased sum of h*d in the counters; the gauge between the union and it plus the edges
+    assert dev.busy_time == pytest.approx(h_short * 10 + h_long * 900)
+    assert dev.observed_busy_ratio == pytest.approx(0.91) and dev.busy_bounds == pytest.approx((0.91, 0.97))
+    assert dev.busy_ratio == pytest.approx(0.97)
+    assert dev.unbounded_busy_ratio == pytest.approx((h_short * 10 + h_long * 900) / 1000)
+    assert "estimate bounded by what the trace shows" in dev.low_confidence_reasons
+    assert "a captured launch runs 90% of the window: long kernels are under-sampled" in dev.low_confidence_reasons
     assert dev.low_confidence and dev.longest_kernel == 900
 
 

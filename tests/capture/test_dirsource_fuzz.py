@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.paths import HTA, SHARED_TRACES
+from support.paths import corpus_bytes
 from warpwatch.capture import files
 from warpwatch.capture.confine import ConfinedFile
 from warpwatch.capture.dirsource import DirSource, is_trace_name
@@ -34,8 +34,8 @@ from warpwatch.export import metricdefs as md
 from warpwatch.logs import JsonFormatter, TextFormatter
 from warpwatch.service.agent import Service
 
-REAL_GZ = (HTA / "triton_example/triton_example.json.gz").read_bytes()
-REAL_JSON = (SHARED_TRACES / "pytorch__kineto/docs/traces/after_fix_trace.json").read_bytes()
+REAL_GZ = corpus_bytes("facebookresearch__HolisticTraceAnalysis/tests/data/triton_example/triton_example.json.gz")
+REAL_JSON = corpus_bytes("pytorch__kineto/docs/traces/after_fix_trace.json")
 NAME_MAX = 255
 
 _CONTENTS: dict[str, Any] = {

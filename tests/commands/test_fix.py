@@ -63,7 +63,7 @@ def small_trace() -> dict[str, Any]:
 def test_the_corrected_values_replace_the_reported_ones_which_stay_beside_them(tmp_path: Path) -> None:
     src = write(tmp_path / "in.json", small_trace())
     counts = fix_trace(str(src), str(tmp_path / "out.json"))
-    assert counts == {"kernels": 2, "corrected": 2, "artefacts": 2}
+    assert counts == {"kernels": 2, "corrected": 2, "artefacts": 2, "reasons": {}, "notes": []}
     out = load(tmp_path / "out.json")
     huge, odd = (e["args"] for e in out["traceEvents"] if e.get("cat") == "kernel")
     # H100, 132 SMs: 65536*32768 blocks of 4 warps; 100 blocks of 48 threads = 2 warps each.
@@ -131,7 +131,8 @@ def test_a_real_trace_fixed_is_equal_elsewhere_and_hta_reads_the_corrected_value
         from hta.common.trace_parser import parse_trace_dataframe
         from hta.configs.parser_config import ParserConfig
     except ImportError as exc:  # never a skip: .ci/run installs it
-        pytest.fail(f"HTA is missing ({exc}): pip install --no-deps holistictraceanalysis==0.5.0 pandas psutil")
+        pytest.fail(f"HTA is missing ({exc}): pip install --no-deps holistictraceanalysis==0.5.0 && pip install "
+                    "pandas psutil (README, 'Running the tests'; .ci/run does it)")
     logging.disable(logging.WARNING)  # only once HTA imported: a failed import must not leave logging off
     try:
         cfg = ParserConfig().set_parse_all_args(True)

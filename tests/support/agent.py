@@ -160,7 +160,7 @@ KERNEL_FIELDS = {
     md.KERNEL_ESTIMATED_OCCUPANCY: "estimated_occupancy",
     md.KERNEL_WAVES_PER_SM: "waves_per_sm",
     md.KERNEL_TIME_SHARE: "time_share",
-    md.KERNEL_LAUNCH_RATE: "launch_rate",
+    md.KERNEL_LAUNCH_RATE: "launch_rate_per_s",
     md.KERNEL_REPORTED_WARPS_MIN: "reported_warps_per_sm_min",
 }
 
@@ -196,9 +196,13 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
             labels = {"gpu": str(gpu), "kernel": namer(k["name"])}
             for m, field in KERNEL_FIELDS.items():
                 assert sample(samples, m.name, **labels) == k[field], (m.name, labels)
-            assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **labels) == k["samples"] * windows
-            assert sample(samples, md.exposed_name(md.KERNEL_SECONDS), **labels) == pytest.approx(
-                k["gpu_time"] / 1e6 * windows, rel=1e-9)
+            observed = sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **labels)
+            assert observed == k["launches_observed"] * windows
+            seconds = sample(samples, md.exposed_name(md.KERNEL_SECONDS), **labels)
+            if k["bounded"]:  # the counters add the unbiased sum, above the window's bounded figure
+                assert seconds > k["gpu_time_us"] / 1e6 * windows
+            else:
+                assert seconds == pytest.approx(k["gpu_time_us"] / 1e6 * windows, rel=1e-9)
             for artifact, n in k["artifacts"].items():
                 got = sample(samples, md.exposed_name(md.PROFILER_ARTIFACTS), **labels, artifact=artifact)
                 assert (got or 0.0) == n * windows
@@ -210,13 +214,13 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
             assert sample(samples, md.KERNEL_TIME_SHARE.name, **other) == pytest.approx(
                 sum(k["time_share"] for k in rest), rel=1e-12)
             assert sample(samples, md.KERNEL_LAUNCH_RATE.name, **other) == pytest.approx(
-                sum(k["launch_rate"] for k in rest), rel=1e-12)
+                sum(k["launch_rate_per_s"] for k in rest), rel=1e-12)
             known = [k for k in rest if k["warps_per_sm"] is not None]
             assert sample(samples, md.KERNEL_WARPS_PER_SM.name, **other) == pytest.approx(
-                sum(k["warps_per_sm"] * k["gpu_time"] for k in known) / sum(k["gpu_time"] for k in known),
+                sum(k["warps_per_sm"] * k["gpu_time_us"] for k in known) / sum(k["gpu_time_us"] for k in known),
                 rel=1e-12)
             assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **other) == sum(
-                k["samples"] for k in rest) * windows
+                k["launches_observed"] for k in rest) * windows
     for d in doc["devices"]:
         assert sample(samples, md.exposed_name(md.GPU_OBSERVED_SECONDS), gpu=d["device"]) == pytest.approx(
             doc["window"]["duration_us"] / 1e6 * windows, rel=1e-9)

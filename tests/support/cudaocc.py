@@ -17,13 +17,15 @@ from warpwatch.analysis.occupancy import (
 )
 from warpwatch.model import DeviceProperties
 
+from .paths import SHARED_TRACES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 DRIVER_SOURCE = ROOT / "tests" / "analysis" / "cuda_occ" / "occ_driver.cpp"
 
 
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = SHARED_TRACES  # WARPWATCH_SHARED_TRACES, else ../shared/traces beside the clone
 
 
 def _find_header_dir() -> Path | None:

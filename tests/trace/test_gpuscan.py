@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from support.paths import HTA, SHARED_TRACES
+from support.paths import SHARED_TRACES, corpus_bytes
 from support.trace_oracle import check_piece as check
 from support.trace_oracle import compiled, fields, python_skim
 from support.trace_oracle import strict_piece as strict
@@ -30,7 +30,8 @@ from warpwatch.trace.schema import Interned
 
 native: Any = pytest.importorskip("warpwatch.trace._gpuscan", reason="never skipped in CI: see the first test")
 
-REAL = gzip.decompress((HTA / "df_index_resolver" / "df_index_resolver.json.gz").read_bytes())
+REAL = gzip.decompress(corpus_bytes(
+    "facebookresearch__HolisticTraceAnalysis/tests/data/df_index_resolver/df_index_resolver.json.gz"))
 EVENTS = [b"{" + e + b"\n  }" for e in REAL.split(b"\n  },\n  {")[1:-1]]
 """The trace's events as Kineto wrote them (an event over several lines, `  },` then `  {`)."""
 KERNEL = next(e for e in EVENTS if b'"cat": "kernel"' in e)

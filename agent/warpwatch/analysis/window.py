@@ -16,9 +16,7 @@ from dataclasses import dataclass
 
 from ..gcpause import gc_paused
 from ..model import (
-    ARTIFACT_KINDS,
     DeviceProperties,
-    DeviceStats,
     KernelLaunch,
     KernelStats,
     LaunchMetrics,
@@ -26,8 +24,11 @@ from ..model import (
     TraceWindow,
     WindowAnalysis,
 )
+from ..trace.devices import one_model_devices
 from .occupancy import max_active_blocks
-from .windowmath import GROUP_KEY, busy_time, group_launches
+from .windowbounds import device_bounds, stream_edges
+from .windowmath import GROUP_KEY, group_launches
+from .windowstats import KernelAcc, as_float, bound_kernels, device_stats, kernel_stats
 
 INT32_LIMIT = 2**31
 """Kineto multiplies the grid in a signed 32-bit int: B >= 2^31 overflows."""
@@ -119,23 +120,11 @@ def _config_metrics(
     )
 
 
-def _as_float(v: float | str | None) -> float | None:
-    """A reported value as a float when it is a number or a numeric string ("inf", "nan"...)."""
-    if isinstance(v, float):
-        return v
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
-
-
 def artifacts_of(launch: KernelLaunch, props: DeviceProperties | None, cfg: _Config) -> tuple[str, ...]:
     """Every way the profiler's reported values are wrong for this launch (spec `artifacts`)."""
     found: list[str] = []
     reported = launch.reported_warps_per_sm
-    rep = _as_float(reported)
+    rep = as_float(reported)
     rep_values = (reported, launch.reported_blocks_per_sm, launch.reported_occupancy_pct)
     if rep is not None and rep < 0:
         found.append("negative_warps_per_sm")
@@ -149,7 +138,7 @@ def artifacts_of(launch: KernelLaunch, props: DeviceProperties | None, cfg: _Con
             found.append("grid_overflow")
     if _sm_count_invalid(rep, props, blocks, threads):
         found.append("sm_count_invalid")
-    occ_pct = _as_float(launch.reported_occupancy_pct)
+    occ_pct = as_float(launch.reported_occupancy_pct)
     if occ_pct is not None and occ_pct in OCCUPANCY_SENTINELS:
         found.append("occupancy_sentinel")
     if (
@@ -246,7 +235,7 @@ class _Configs:
 def launch_metrics(trace: Trace, window: TraceWindow | None = None) -> Iterator[LaunchMetrics]:
     """Every per-launch field of the spec, in trace order."""
     window = window or window_of(trace)
-    configs = _Configs(trace.devices)
+    configs = _Configs(effective_devices(trace)[0])
     for launch in trace.launches:
         yield _metrics(launch, configs, sampling_weight(launch, window))
 
@@ -269,50 +258,6 @@ def _metrics(launch: KernelLaunch, configs: _Configs, weight: float | None) -> L
     )
 
 
-_MEANS = ("warps_per_sm", "resident_warps_per_sm", "theoretical_occupancy", "estimated_occupancy", "waves_per_sm")
-
-
-class _KernelAcc:
-    __slots__ = ("artifacts", "hd", "limiters", "n", "reported_min", "sum_h", "sums")
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.sum_h = 0.0
-        self.hd = 0.0
-        self.sums: dict[str, list[float]] = {f: [0.0, 0.0] for f in _MEANS}  # [Σ h·d·x, Σ h·d]
-        self.reported_min: float | None = None
-        self.limiters: dict[str, float] = defaultdict(float)
-        self.artifacts: dict[str, int] = defaultdict(int)
-
-    def add(
-        self, lm: LaunchMetrics, n: int, sum_h: float, sum_hd: float, sum_lim: float, totals: dict[str, int]
-    ) -> None:
-        """`n` launches that share `lm`'s metrics, with Σh, Σh·d and Σ(h·d or h) over those weighted."""
-        self.n += n
-        for kind in lm.artifacts:
-            self.artifacts[kind] += n
-            totals[kind] += n
-        rep = _as_float(lm.reported_warps_per_sm)
-        if rep is not None and math.isfinite(rep):
-            self.reported_min = rep if self.reported_min is None else min(self.reported_min, rep)
-        if sum_h <= 0:
-            return
-        self.sum_h += sum_h
-        self.hd += sum_hd
-        for f in _MEANS:
-            x = getattr(lm, f)
-            if x is not None:
-                s = self.sums[f]
-                s[0] += sum_hd * x
-                s[1] += sum_hd
-        if lm.limiting_factors:
-            for factor in lm.limiting_factors:
-                self.limiters[factor] += sum_lim
-
-
-LONG_KERNEL_RATIO = 0.5
-"""A window whose longest captured launch is at least this share of W is low-confidence: such
-launches are captured with probability (W - d)/W <= 1/2, and longer ones not at all."""
 def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> WindowAnalysis:
     """Analyse one trace as one capture window (spec: per-kernel and per-device statistics).
 
@@ -324,14 +269,15 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
     """
     window = window_of(trace, requested)
     w_us = window.duration
-    per_kernel: dict[tuple[int, str], _KernelAcc] = defaultdict(_KernelAcc)
+    devices, inferred = effective_devices(trace)
+    per_kernel: dict[tuple[int, str], KernelAcc] = defaultdict(KernelAcc)
     intervals: dict[int, list[tuple[float, float]]] = defaultdict(list)
     resident_time: dict[int, float] = defaultdict(float)
     longest: dict[int, float] = defaultdict(float)
     samples: dict[int, int] = defaultdict(int)
     totals: dict[str, int] = defaultdict(int)
     count = 0
-    configs = _Configs(trace.devices)
+    configs = _Configs(devices)
     with gc_paused():
         groups = group_launches(trace.launches, window)
     for g in groups:
@@ -339,41 +285,34 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
         dev = g.first.device
         count += g.n
         samples[dev] += g.n
-        per_kernel[(dev, g.first.name)].add(lm, g.n, g.sum_h, g.sum_hd, g.sum_lim, totals)
+        per_kernel[(dev, g.first.name)].add(lm, g, totals)
         if g.intervals:
             intervals[dev].extend(g.intervals)
             longest[dev] = max(longest[dev], g.longest)
         if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
             resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
 
-    kernels = [_kernel_stats(dev, name, acc, w_us) for (dev, name), acc in per_kernel.items()]
-    kernels.sort(key=lambda k: (-k.gpu_time, k.device, k.name))
-    devices = []
+    per_device: dict[int, tuple[list[KernelStats], list[KernelAcc]]] = defaultdict(lambda: ([], []))
+    for (dev, name), acc in per_kernel.items():
+        ks, accs = per_device[dev]
+        ks.append(kernel_stats(dev, name, acc, w_us))
+        accs.append(acc)
+    kernels: list[KernelStats] = []
+    device_rows = []
+    edges = stream_edges(trace.launches, window.t0, window.t1) if w_us > 0 else {}
     for dev in sorted(samples):
-        props = trace.devices.get(dev)
-        busy = ratio = None
-        truncated = False
-        if w_us > 0:
-            busy, truncated = busy_time(intervals[dev], w_us)
-            ratio = busy / w_us
-        resident = estimated = None
-        if props is not None and props.vendor == "nvidia" and w_us > 0 and props.max_warps_per_sm > 0:
-            resident = resident_time[dev] / w_us
-            estimated = resident / props.max_warps_per_sm
-        low = (
-            window.bounds in ("estimated", "none")
-            or truncated
-            or (w_us > 0 and longest[dev] >= LONG_KERNEL_RATIO * w_us)
-        )
-        devices.append(DeviceStats(
-            dev, props, resident, estimated, ratio, samples[dev], low,
-            busy_time=busy, resident_time=resident_time[dev] if resident is not None else None,
-            longest_kernel=longest[dev],
-        ))
+        ks, accs = per_device[dev]
+        bounds = device_bounds(intervals[dev], edges.get(dev, {}), window.t0, window.t1) if w_us > 0 else None
+        if bounds is not None:
+            ks = bound_kernels(ks, accs, bounds, w_us)
+        kernels.extend(ks)
+        device_rows.append(device_stats(dev, devices.get(dev), window, ks, intervals[dev], bounds,
+                                        resident_time[dev], samples[dev], longest[dev], inferred.get(dev)))
+    kernels.sort(key=lambda k: (-k.gpu_time, k.device, k.name))
     return WindowAnalysis(
         path=trace.path,
         window=window,
-        devices=tuple(devices),
+        devices=tuple(device_rows),
         kernels=tuple(kernels),
         launch_count=count,
         artifacts=dict(totals),
@@ -381,27 +320,7 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
     )
 
 
-def _kernel_stats(device: int, name: str, acc: _KernelAcc, w_us: float) -> KernelStats:
-    def mean(f: str) -> float | None:
-        num, den = acc.sums[f]
-        return num / den if den > 0 else None
-
-    limiter = max(sorted(acc.limiters), key=lambda k: acc.limiters[k]) if acc.limiters else None
-    return KernelStats(
-        device=device,
-        name=name,
-        samples=acc.n,
-        launches=acc.sum_h,
-        launch_rate=acc.sum_h / (w_us / 1e6) if w_us > 0 else None,
-        gpu_time=acc.hd,
-        time_share=acc.hd / w_us if w_us > 0 else None,
-        warps_per_sm=mean("warps_per_sm"),
-        resident_warps_per_sm=mean("resident_warps_per_sm"),
-        theoretical_occupancy=mean("theoretical_occupancy"),
-        estimated_occupancy=mean("estimated_occupancy"),
-        waves_per_sm=mean("waves_per_sm"),
-        reported_warps_per_sm_min=acc.reported_min,
-        main_limiter=limiter,
-        artifacts={k: acc.artifacts[k] for k in ARTIFACT_KINDS if acc.artifacts.get(k)},
-        weighted_sums={f: acc.sums[f][0] for f in _MEANS if acc.sums[f][1] > 0},
-    )
+def effective_devices(trace: Trace) -> tuple[dict[int, DeviceProperties], dict[int, int]]:
+    """The properties that apply to each device the trace's kernels ran on, and which ids took
+    another id's (`trace.devices.one_model_devices`)."""
+    return one_model_devices(trace.devices, {launch.device for launch in trace.launches})

@@ -5,27 +5,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict
 from typing import IO, Any
 
 import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..analysis.window import analyze, launch_metrics, window_of
+from ..analysis.window import analyze, effective_devices, launch_metrics, window_of
 from ..errors import TraceError
 from ..model import (
-    ARTIFACT_KINDS,
     DeviceProperties,
-    KernelStats,
-    LaunchMetrics,
     Trace,
-    WindowAnalysis,
 )
 from ..names.labels import KernelNamer
 from ..trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
+from .analyze_json import analysis_to_dict, launch_record
 from .escape import printable
-from .table import AMD, NVIDIA, render_table
+from .sizes import byte_size, cli_message
+from .table import render_table
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
 
@@ -49,8 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
     p.add_argument(
-        "--max-trace-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="BYTES",
-        help="refuse traces larger than this once decompressed (default 2 GiB)",
+        "--max-trace-bytes", type=byte_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB "
+        "(default 2GiB)",
     )
     p.set_defaults(func=run_analyze)
 
@@ -75,7 +73,7 @@ def run_analyze(args: argparse.Namespace) -> int:
                 continue
             analysis = analyze(trace)
         except TraceError as exc:
-            print(f"warpwatch: error: {exc}", file=sys.stderr)
+            print(f"warpwatch: error: {cli_message(exc)}", file=sys.stderr)
             failed += 1
             continue
         if args.format == "table":
@@ -104,12 +102,16 @@ def _check_gpu_properties(path: str, props: dict[int, DeviceProperties], trace: 
     used = sorted({launch.device for launch in trace.launches})
     if not used or set(used) & set(props):
         return
-    missing = [d for d in used if d not in trace.devices]
+    devices, inferred = effective_devices(trace)
+    missing = [d for d in used if d not in devices]
+    applied = sorted(inferred)
     print(
         f"warpwatch analyze: warning: --gpu-properties {printable(path)}: its device ids "
         f"({', '.join(map(str, sorted(props)))}) match no device of {printable(trace.path)}, whose kernels ran on "
         f"device{'s' if len(used) > 1 else ''} {', '.join(map(str, used))}; "
         + (f"occupancy stays unknown for {', '.join(map(str, missing))}. " if missing else "")
+        + (f"as the trace then describes one device model, its properties apply to {', '.join(map(str, applied))} "
+           "(the output says so). " if applied else "")
         + "Give each entry the `id` of the device it describes.",
         file=sys.stderr,
     )
@@ -140,34 +142,6 @@ def _size(path: str) -> int:
         return 0
 
 
-def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:
-    """One kernel event as a JSON-ready dict (unknown = None); `label` is its `kernel` label."""
-    launch = lm.launch
-    return {
-        "name": launch.name,
-        "label": (namer or KernelNamer())(launch.name),
-        "device": launch.device,
-        "ts": launch.ts,
-        "dur": launch.dur,
-        "grid": list(launch.grid) if launch.grid else None,
-        "block": list(launch.block) if launch.block else None,
-        "launch_api": launch.launch_api,
-        "registers_per_thread": launch.registers_per_thread,
-        "shared_memory": launch.shared_memory,
-        "warps_per_sm": lm.warps_per_sm,
-        "reported_warps_per_sm": lm.reported_warps_per_sm,
-        "warps_per_block": lm.warps_per_block,
-        "max_active_blocks_per_sm": lm.max_active_blocks_per_sm,
-        "limiting_factors": list(lm.limiting_factors) if lm.limiting_factors is not None else None,
-        "theoretical_occupancy": lm.theoretical_occupancy,
-        "waves_per_sm": lm.waves_per_sm,
-        "resident_warps_per_sm": lm.resident_warps_per_sm,
-        "estimated_occupancy": lm.estimated_occupancy,
-        "artifacts": list(lm.artifacts),
-        "weight": lm.weight,
-    }
-
-
 def _write_launches(trace: Trace, out: IO[str]) -> None:
     enc = msgspec.json.Encoder()
     buf = bytearray()
@@ -179,50 +153,3 @@ def _write_launches(trace: Trace, out: IO[str]) -> None:
             out.write(buf.decode())
             buf.clear()
     out.write(buf.decode())
-
-
-def analysis_to_dict(analysis: WindowAnalysis, trace: Trace | None = None) -> dict[str, Any]:
-    """The JSON summary of one window (the shape of `warpwatch analyze --format json`)."""
-    window = analysis.window
-    namer = KernelNamer()
-    return {
-        "path": analysis.path,
-        "rank": analysis.rank,
-        "window": {
-            "t0": window.t0,
-            "t1": window.t1,
-            "duration_us": window.duration,
-            "bounds": window.bounds,
-            "estimated_bounds": window.bounds == "estimated",
-        },
-        "launch_count": analysis.launch_count,
-        "artifacts": {k: analysis.artifacts[k] for k in ARTIFACT_KINDS if k in analysis.artifacts},
-        "devices": [
-            {
-                "device": d.device,
-                "name": (d.properties.name or None) if d.properties else None,
-                "vendor": d.properties.vendor if d.properties else None,
-                "uuid": d.properties.uuid if d.properties else None,
-                "arch": d.properties.arch if d.properties else None,
-                "compute_capability": d.properties.compute_capability if d.properties else None,
-                "compute_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).unit if d.properties else None,
-                "warp_unit": (AMD if d.properties.vendor == "amd" else NVIDIA).warp if d.properties else None,
-                "sms": d.properties.num_sms if d.properties else None,
-                "max_warps_per_sm": d.properties.max_warps_per_sm if d.properties else None,
-                "resident_warps_per_sm": d.resident_warps_per_sm,
-                "estimated_occupancy": d.estimated_occupancy,
-                "busy_ratio": d.busy_ratio,
-                "samples": d.samples,
-                "low_confidence": d.low_confidence,
-            }
-            for d in analysis.devices
-        ],
-        "kernels": [_kernel_dict(k, namer) for k in analysis.kernels],
-        "warnings": list(trace.warnings) if trace else [],
-    }
-
-
-def _kernel_dict(k: KernelStats, namer: KernelNamer) -> dict[str, Any]:
-    """A kernel summary: its full `name`, then its `label` (the `kernel` label of its metrics)."""
-    d = asdict(k)
-    return {"device": d.pop("device"), "name": d.pop("name"), "label": namer(k.name), **d}

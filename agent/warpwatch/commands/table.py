@@ -1,14 +1,19 @@
 """The `warpwatch analyze` table: a header per trace, one row per (device, kernel), explanations.
 
-Laid out for the width it is given (the terminal's, or `COLUMNS` when piped): numbers are never
-cut. When the row does not fit, columns are dropped in a fixed order (the artefacts column is then
-stacked under each row instead) and said so under the table; the kernel column takes the rest, its
-labels cut in the middle so that rows stay distinct. Words follow the vendor: SMs and warps on
-NVIDIA, CUs and wavefronts on AMD.
+Laid out from what each column holds for this trace, at the width it is given (the terminal's, or
+`COLUMNS` when piped): a column that is empty for every row is left out, the GPU column appears
+only when the kernels ran on more than one device, `Obs. %` (what the trace shows) only where it
+differs from the estimate, and `Reported` (the profiler's own warps per SM) ranks high only where it
+disagrees with the corrected value. When the row does not fit, the least telling columns are
+dropped first (the artefacts column is then stacked under each row instead) and said so under the
+table; the kernel column takes the rest, its labels cut in the middle so that rows stay distinct.
+Numbers never are cut, and a column formats all its numbers alike. Header and notes wrap with
+their indentation. Words follow the vendor: SMs and warps on NVIDIA, CUs and wavefronts on AMD.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,121 +21,32 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 
-from ..model import (
-    ARTIFACT_EXPLANATIONS,
-    ARTIFACT_KINDS,
-    DeviceProperties,
-    DeviceStats,
-    KernelStats,
-    Trace,
-    WindowAnalysis,
-)
+from ..model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS, KernelStats, Trace, WindowAnalysis
 from ..names.labels import KernelNamer
 from ..names.parse import ELLIPSIS
 from .escape import printable
+from .table_cells import (
+    AMD,
+    DASH,
+    NVIDIA,
+    Words,
+    artefacts,
+    column_numbers,
+    device_lines,
+    limiter,
+    percent,
+    reported_differs,
+    share,
+    window_line,
+    words_for,
+)
 
-ARTIFACT_SHORT = {
-    "negative_warps_per_sm": "neg",
-    "non_finite": "inf/nan",
-    "grid_overflow": "overflow",
-    "sm_count_invalid": "bad SMs",
-    "occupancy_sentinel": "sentinel",
-    "occupancy_smem_optin": "smem 0%",
-    "unrounded_warps": "unrounded",
-    "missing_launch_config": "no grid",
-    "grid_units_unknown": "grid unit?",
-}
+__all__ = ["AMD", "NVIDIA", "distinct_cuts", "explanations", "layout", "render_table"]
+
 GAP = 2
 INDENT = 2
 KERNEL_MIN_WIDTH = 32
-DROP_ORDER = ("artefacts", "reported", "waves", "limiter", "launches", "theoretical", "gpu", "resident")
-"""Columns dropped, first to last, when a row does not fit; kernel, time share, warps per SM and
-estimated occupancy always stay."""
-BOUNDS = {
-    "trace_span": "from the trace's profiler span",
-    "requested": "as requested by the agent",
-    "estimated": "estimated from the first and last GPU events",
-    "none": "unknown",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Words:
-    """What a multiprocessor and a warp are called on a vendor's GPUs."""
-
-    unit: str
-    warp: str
-
-    @property
-    def warps_per_unit(self) -> str:
-        return f"{self.warp}s/{self.unit}"
-
-
-NVIDIA = Words("SM", "warp")
-AMD = Words("CU", "wavefront")
-
-
-def words_for(props: Sequence[DeviceProperties | None]) -> Words:
-    """AMD words when every device with properties is AMD, else NVIDIA's."""
-    known = [p for p in props if p is not None]
-    return AMD if known and all(p.vendor == "amd" for p in known) else NVIDIA
-
-
-def device_description(p: DeviceProperties) -> str:
-    """`NVIDIA H100 (compute 9.0), 132 SMs, max 64 warps/SM` or `AMD Instinct MI300X (AMD, gfx942), ...`."""
-    name = p.name.strip() or "unknown"
-    if p.vendor == "amd":
-        w = AMD
-        kind = f"AMD, {p.arch}" if p.arch else "AMD"
-    else:
-        w = NVIDIA
-        kind = f"compute {p.compute_capability}"
-    uuid = f", UUID {p.uuid}" if p.uuid else ""
-    return f"{name} ({kind}), {p.num_sms} {w.unit}s, max {p.max_warps_per_sm} {w.warps_per_unit}{uuid}"
-
-
-def _device_line(d: DeviceStats) -> str:
-    p = d.properties
-    desc = device_description(p) if p else "no device properties in the trace (use --gpu-properties): occupancy unknown"
-    busy = f", busy {d.busy_ratio:.1%}" if d.busy_ratio is not None else ""
-    extra = f"; estimated occupancy {d.estimated_occupancy:.1%}" if d.estimated_occupancy is not None else ""
-    conf = " (low confidence: few launches)" if d.low_confidence else ""
-    return f"  GPU {d.device}: {desc}{busy}{extra}{conf}"
-
-
-# --- Cells
-
-
-def _num(v: float | None, spec: str = ".2f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else format(v * 100, ".0f") + "%"
-
-
-def _time_share(v: float | None) -> str:
-    if v is None:
-        return "-"
-    text = format(v * 100, ".1f")
-    return text + "*" if v > 1.0 else text
-
-
-def _reported(v: float | None) -> Text:
-    if v is None:
-        return Text("-")
-    return Text(format(v, ".4g"), style="bold red" if v < 0 else "")
-
-
-def _limiter(k: KernelStats) -> str:
-    """The main limiting factor, empty where nothing limits (100 % theoretical occupancy)."""
-    if k.theoretical_occupancy is not None and k.theoretical_occupancy >= 1.0 - 1e-9:
-        return ""
-    return k.main_limiter or ""
-
-
-def _artefacts(k: KernelStats) -> str:
-    return ", ".join(f"{ARTIFACT_SHORT.get(a, a)} {n}" for a, n in k.artifacts.items())
+"""The kernel column's least width before columns are dropped, at most a third of the row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,66 +54,95 @@ class _Column:
     key: str
     header: str
     right: bool
+    rank: int
+    """Kept before every column of a higher rank; 0: never dropped."""
 
 
-def _columns(words: Words) -> tuple[_Column, ...]:
-    return (
-        _Column("kernel", "Kernel", False),
-        _Column("gpu", "GPU", True),
-        _Column("launches", "Launches", True),
-        _Column("time", "Time %", True),
-        _Column("warps", f"{words.warp.capitalize()}s/{words.unit}", True),
-        _Column("reported", "Reported min", True),
-        _Column("resident", "Resident", True),
-        _Column("theoretical", "Theor. occ", True),
-        _Column("estimated", "Est. occ", True),
-        _Column("limiter", "Limiter", False),
-        _Column("waves", "Waves", True),
-        _Column("artefacts", "Artefacts", False),
-    )
+def _columns(words: Words, rows: Sequence[KernelStats]) -> list[_Column]:
+    """The table's columns in display order, ranked by what they hold for these rows."""
+    disagree = any(reported_differs(k) for k in rows)
+    return [
+        _Column("kernel", "Kernel", False, 0),
+        _Column("gpu", "GPU", True, 1),
+        _Column("launches", "Launches", True, 3),
+        _Column("time", "Time %", True, 0),
+        _Column("observed", "Obs. %", True, 2),
+        _Column("warps", f"{words.warp.capitalize()}s/{words.unit}", True, 0),
+        _Column("reported", "Reported", True, 3 if disagree else 7),
+        _Column("resident", "Resident", True, 5),
+        _Column("theoretical", "Theor. occ", True, 4),
+        _Column("estimated", "Est. occ", True, 0),
+        _Column("limiter", "Limiter", False, 6),
+        _Column("waves", "Waves", True, 8),
+        _Column("artefacts", "Artefacts", False, 9),
+    ]
 
 
-def _cells(k: KernelStats, label: str) -> dict[str, Text]:
-    return {
-        "kernel": Text(printable(label)),
-        "gpu": Text(str(k.device)),
-        "launches": Text(str(k.samples)),
-        "time": Text(_time_share(k.time_share)),
-        "warps": Text(_num(k.warps_per_sm)),
-        "reported": _reported(k.reported_warps_per_sm_min),
-        "resident": Text(_num(k.resident_warps_per_sm)),
-        "theoretical": Text(_pct(k.theoretical_occupancy)),
-        "estimated": Text(_pct(k.estimated_occupancy)),
-        "limiter": Text(_limiter(k)),
-        "waves": Text(_num(k.waves_per_sm)),
-        "artefacts": Text(_artefacts(k)),
+def _cells(ks: Sequence[KernelStats], labels: Sequence[str]) -> list[dict[str, Text]]:
+    """Every row's cells; numeric columns formatted per column."""
+    numeric = {
+        "warps": column_numbers([k.warps_per_sm for k in ks]),
+        "reported": column_numbers([k.reported_warps_per_sm for k in ks]),
+        "resident": column_numbers([k.resident_warps_per_sm for k in ks]),
+        "waves": column_numbers([k.waves_per_sm for k in ks]),
+        "launches": [f"{k.samples:,}" for k in ks],
     }
+    out = []
+    for i, (k, label) in enumerate(zip(ks, labels, strict=True)):
+        row = {key: Text(v[i]) for key, v in numeric.items()}
+        if reported_differs(k) and k.reported_warps_per_sm is not None:
+            row["reported"].stylize("bold red" if k.reported_warps_per_sm < 0 else "yellow")
+        row.update(
+            kernel=Text(printable(label)),
+            gpu=Text(str(k.device)),
+            time=Text(share(k.time_share)),
+            observed=Text(share(k.observed_time_share)),
+            theoretical=Text(percent(k.theoretical_occupancy)),
+            estimated=Text(percent(k.estimated_occupancy)),
+            limiter=Text(limiter(k)),
+            artefacts=Text(artefacts(k)),
+        )
+        out.append(row)
+    return out
+
+
+def _holding(columns: Sequence[_Column], rows: Sequence[dict[str, Text]], devices: int) -> list[_Column]:
+    """The columns that say something for these rows: not empty for all, not one GPU for all, and
+    `Obs. %` only where some row's observed share reads differently from its estimate."""
+    def empty(key: str) -> bool:
+        return all(r[key].plain in ("", DASH) for r in rows)
+
+    out = []
+    for c in columns:
+        if c.key not in ("kernel", "time") and empty(c.key):
+            continue
+        if c.key == "gpu" and devices <= 1:
+            continue
+        if c.key == "observed" and all(r["observed"].plain == r["time"].plain for r in rows):
+            continue
+        out.append(c)
+    return out
 
 
 # --- Layout
 
 
-def layout(
-    widths: dict[str, int], total: int, *, keep_gpu: bool
-) -> tuple[list[str], int]:
+def layout(widths: dict[str, int], ranks: dict[str, int], total: int) -> tuple[list[str], int]:
     """The columns shown (in table order, minus the dropped ones) and the kernel column's width.
 
-    `widths` are what each column needs (header or widest cell; the kernel: its widest label).
-    """
+    `widths` are what each column needs (header or widest cell; the kernel: its widest label), in
+    table order; columns are dropped by descending `ranks` (rank 0: never) until the row fits."""
     shown = list(widths)
-    kernel_need = widths["kernel"]
+    kernel_need = min(widths["kernel"], KERNEL_MIN_WIDTH, max(total // 3, 12))
 
     def others() -> int:
         return sum(widths[c] + GAP for c in shown if c != "kernel")
 
-    for key in DROP_ORDER:
-        if INDENT + min(kernel_need, KERNEL_MIN_WIDTH) + others() <= total:
+    for key in sorted((k for k in shown if ranks[k]), key=lambda k: -ranks[k]):
+        if INDENT + kernel_need + others() <= total:
             break
-        if key == "gpu" and keep_gpu:
-            continue
-        if key in shown:
-            shown.remove(key)
-    kernel_width = max(min(kernel_need, total - INDENT - others()), min(kernel_need, 12))
+        shown.remove(key)
+    kernel_width = max(min(widths["kernel"], total - INDENT - others()), min(widths["kernel"], 12))
     return shown, kernel_width
 
 
@@ -253,31 +198,27 @@ def render_table(
 ) -> None:
     """Header, one row per (device, kernel) by GPU time, then one explanation per artefact kind found."""
     namer = namer or KernelNamer()
-    w = analysis.window
-    console.print(Text(f"Trace: {printable(analysis.path)}", style="bold"))
+    _wrapped(console, f"Trace: {printable(analysis.path)}", 0, style="bold")
     for d in analysis.devices:
-        console.print(Text(printable(_device_line(d))))
-    rank = f", rank {analysis.rank}" if analysis.rank is not None else ""
-    console.print(Text(
-        f"  Window: {w.duration / 1000:.3f} ms ({BOUNDS[w.bounds]}){rank}; {analysis.launch_count} kernel launches"
-    ))
+        for k, text in enumerate(device_lines(d)):
+            _wrapped(console, printable(text), INDENT + 2 * (k > 0))
+    _wrapped(console, window_line(analysis), INDENT)
     if not analysis.kernels:
-        console.print("  No kernel events in this trace (a CPU-only capture, or GPU activities were not recorded).")
+        _wrapped(console, "No kernel events in this trace (a CPU-only capture, or GPU activities were not "
+                 "recorded).", INDENT)
         console.print()
         return
     words = words_for([d.properties for d in analysis.devices])
-    columns = {c.key: c for c in _columns(words)}
     shown_kernels = analysis.kernels if top <= 0 else analysis.kernels[:top]
-    rows = [_cells(k, namer(k.name)) for k in shown_kernels]
-    widths = {key: max([len(col.header), *(len(r[key].plain) for r in rows)]) for key, col in columns.items()}
+    rows = _cells(shown_kernels, [namer(k.name) for k in shown_kernels])
+    columns = _holding(_columns(words, shown_kernels), rows, len({k.device for k in shown_kernels}))
+    by_key = {c.key: c for c in columns}
+    widths = {c.key: max([len(c.header), *(len(r[c.key].plain) for r in rows)]) for c in columns}
     widths["kernel"] = max(len(r["kernel"].plain) for r in rows)
-    if not any(r["artefacts"].plain for r in rows):
-        widths.pop("artefacts")
-    keep_gpu = len({k.device for k in shown_kernels}) > 1
-    shown, kernel_width = layout(widths, console.width, keep_gpu=keep_gpu)
+    shown, kernel_width = layout(widths, {c.key: c.rank for c in columns}, console.width)
     names = distinct_cuts([r["kernel"].plain for r in rows], kernel_width)
     widths["kernel"] = max(kernel_width, len("Kernel"))
-    console.print(_line({c: Text(columns[c].header, style="bold") for c in shown}, shown, widths, columns),
+    console.print(_line({c: Text(by_key[c].header, style="bold") for c in shown}, shown, widths, by_key),
                   overflow="ignore", crop=False)
     console.print(Text(" " * INDENT + "─" * (sum(widths[c] for c in shown) + GAP * (len(shown) - 1))),
                   overflow="ignore", crop=False)
@@ -286,18 +227,28 @@ def render_table(
     alike = Counter(names)
     for row, name, label in zip(rows, names, labels, strict=True):
         row["kernel"] = Text(name)
-        console.print(_line(row, shown, widths, columns), overflow="ignore", crop=False)
+        console.print(_line(row, shown, widths, by_key), overflow="ignore", crop=False)
         if alike[name] > 1 and name != label:  # cut alike: the whole label under the row
             _folded(console, " " * (INDENT + 2) + "kernel: ", label)
         if stacked and row["artefacts"].plain:
             _folded(console, " " * (INDENT + 2) + "artefacts: ", row["artefacts"].plain)
     if len(shown_kernels) < len(analysis.kernels):
-        console.print(f"  … {len(analysis.kernels) - len(shown_kernels)} more kernels (--top 0 shows all)")
-    for line in _notes(analysis, shown_kernels, shown, widths, words):
-        console.print(Text("  " + line))
-    for line in explanations(analysis, trace):
-        console.print(Text("  • " + printable(line)))
+        _wrapped(console, f"… {len(analysis.kernels) - len(shown_kernels)} more kernels (--top 0 shows all)", INDENT)
+    for note in _notes(analysis, shown_kernels, shown, widths, words):
+        _wrapped(console, note, INDENT)
+    for note in explanations(analysis, trace):
+        _wrapped(console, "• " + printable(note), INDENT, hanging=2)
     console.print()
+
+
+def _wrapped(console: Console, text: str, indent: int, *, hanging: int = 0, style: str = "") -> None:
+    """`text` at `indent`, wrapped at the console's width with every continuation line indented
+    alike (and `hanging` more); long words such as paths are broken."""
+    width = max(console.width, indent + hanging + 16)
+    lines = textwrap.wrap(text, width=width, initial_indent=" " * indent,
+                          subsequent_indent=" " * (indent + hanging), break_on_hyphens=False) or [""]
+    for line in lines:
+        console.print(Text(line, style=style), overflow="ignore", crop=False)
 
 
 def _folded(console: Console, lead: str, text: str) -> None:
@@ -327,23 +278,37 @@ def _line(cells: dict[str, Text], shown: list[str], widths: dict[str, int], colu
 def _notes(
     analysis: WindowAnalysis, kernels: Sequence[KernelStats], shown: list[str], widths: dict[str, int], words: Words
 ) -> Iterator[str]:
-    dropped = [c for c in DROP_ORDER if c in widths and c not in shown and c != "artefacts"]
+    names = {"gpu": "GPU", "launches": "launches", "observed": "observed %", "reported": "reported",
+             "resident": "resident", "theoretical": "theoretical occupancy", "limiter": "limiter", "waves": "waves"}
+    dropped = [names[c] for c in widths if c not in shown and c in names]
     if dropped:
-        yield (f"(Narrow terminal: {', '.join(dropped)} not shown; widen it, set COLUMNS, or use --format json.)")
+        yield f"(Narrow terminal: {', '.join(dropped)} not shown; widen it, set COLUMNS, or use --format json.)"
+    devices = {k.device for k in kernels}
+    if "gpu" not in widths and len(devices) == 1:
+        yield f"All kernels ran on GPU {next(iter(devices))}."
+    if words is AMD and "estimated" not in widths:
+        yield ("Occupancy is not shown: CUDA's occupancy calculator does not apply to AMD GPUs (the "
+               "wavefronts per CU are computed from grid, block and the CU count).")
     w, u = words.warp, words.unit
     yield (
-        f"Kernel: the `kernel` label of its metrics (--format json shows the full name). {w.capitalize()}s/{u}: "
-        f"launched {w}s per {u}, corrected; Reported: the profiler's own value (minimum); Resident: {w}s actually "
-        f"on {'an' if u == 'SM' else 'a'} {u} at once (waves and tail accounted). Launches are raw counts; "
-        "time shares and means are corrected for the capture window (long kernels are under-sampled)."
+        "Kernel: the `kernel` label of its metrics (--format json shows the full name). Time %: the kernel's "
+        "share of the window, estimated: each captured launch weighted for the launches of its length that the "
+        "profiler dropped at the window's edges, and kept within what the trace proves possible. "
+        + ("Obs. %: what the trace itself shows (its captured launches, unweighted). " if "observed" in shown else "")
+        + f"{w.capitalize()}s/{u}: launched {w}s per {u}, corrected, duration-weighted"
+        + ("; Reported: the profiler's own value, weighted alike (highlighted where it differs)" if "reported" in shown
+           else "")
+        + f"; Resident: {w}s actually on {'an' if u == 'SM' else 'a'} {u} at once (waves and tail accounted). "
+        "Launches: launches in the trace."
     )
+    if any(k.bounded for k in kernels):
+        yield ("Estimates of one window can exceed what is possible when long kernels are captured (a launch of "
+               "duration d counts W/(W-d) times); these are brought within what the trace shows possible, and "
+               "the device is marked low-confidence. The agent's counters keep the unbounded sums, which stay "
+               "unbiased over many windows.")
     over = [k for k in kernels if k.time_share is not None and k.time_share > 1.0]
     if over:
-        yield (
-            f"* Time % above 100 ({len(over)} kernels): the kernel's corrected GPU time exceeds the window. Each "
-            "captured launch of duration d in a window W counts W/(W-d) times (a long kernel is rarely captured "
-            "whole), so one long launch weighs heavily; launches on concurrent streams also add up."
-        )
+        yield (f"* Time % above 100 ({len(over)} kernels): the kernel ran on several streams at once.")
 
 
 def explanations(analysis: WindowAnalysis, trace: Trace | None = None) -> Iterator[str]:

@@ -259,8 +259,10 @@ class SnapshotBuilder:
             ))
         self._gpu_kernels[gpu] = tuple(rows)
         d = merged.device
-        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, d.estimated_occupancy, d.busy_ratio,
-                                           sums.longest_ratio, d.low_confidence)
+        # Each window's figures are within their bounds; processes side by side add up, and a GPU is
+        # busy at most all the time (spec "Physical bounds": no gauge above 1).
+        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, _ratio(d.estimated_occupancy),
+                                           _ratio(d.busy_ratio), sums.longest_ratio, d.low_confidence)
         if d.properties is not None:
             self._trace_info[gpu] = _info_of(label, d.properties)
         self._folded[label] = self._folded.get(label, 0.0) + folded
@@ -305,6 +307,10 @@ class SnapshotBuilder:
             kernel_counters=tuple((k[0], k[1], v) for k, v in self._kernel_totals.items()),
             version=self.version,
         )
+
+
+def _ratio(v: float | None) -> float | None:
+    return None if v is None else min(v, 1.0)
 
 
 def _gpu_sort_key(gpu: str) -> tuple[int, str]:

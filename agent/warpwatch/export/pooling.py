@@ -86,6 +86,9 @@ def combine_kernels(parts: Sequence[tuple[KernelStats, float]], *, device: int, 
         gpu_time=sum(k.gpu_time for k, _ in parts),
         time_share=_scaled_sum((k.time_share, f) for k, f in parts),
         reported_warps_per_sm_min=min(reported) if reported else None,
+        observed_gpu_time=_scaled_sum((k.observed_gpu_time, 1.0) for k, _ in parts),
+        observed_time_share=_scaled_sum((k.observed_time_share, f) for k, f in parts),
+        reported_warps_per_sm=_weighted_mean((k.reported_warps_per_sm, k.gpu_time) for k, _ in parts),
         main_limiter=heaviest.main_limiter,
         artifacts=dict(artifacts),
         weighted_sums={f: sum(k.weighted_sums.get(f, 0.0) for k, _ in parts)
@@ -111,6 +114,10 @@ def combine_devices(parts: Sequence[tuple[DeviceStats, float]], *, device: int) 
         busy_time=_scaled_sum((d.busy_time, 1.0) for d, _ in parts),
         resident_time=_scaled_sum((d.resident_time, 1.0) for d, _ in parts),
         longest_kernel=max(d.longest_kernel for d, _ in parts),
+        observed_busy_ratio=_scaled_sum((d.observed_busy_ratio, f) for d, f in parts),
+        low_confidence_reasons=tuple(dict.fromkeys(r for d, _ in parts for r in d.low_confidence_reasons)),
+        properties_from=next((d.properties_from for d, _ in parts if d.properties is props), None),
+        streams=max(d.streams for d, _ in parts),
     )
 
 
@@ -271,8 +278,8 @@ class KernelSums:
     artifacts: dict[str, int] = field(default_factory=dict)
 
     def add(self, k: KernelStats) -> None:
-        self.seconds += k.gpu_time / US
-        self.launches += k.launches
+        self.seconds += k.counted_gpu_time / US  # unbiased, not bounded: rates over windows stay true
+        self.launches += k.counted_launches
         for f, v in k.weighted_sums.items():
             self.x_seconds[f] += v / US
         self.samples += k.samples

@@ -112,6 +112,7 @@ class Service:
     def startup(self) -> None:
         """Start everything; raise WarpwatchError (nothing left running) when that is impossible."""
         c = self.config
+        self._build()  # a bad --source is its one-line error, before any start-up line
         event(log, "starting", version=__version__, compiled=native.describe(), **describe(c))
         event(log, "memory_budget", **self.memory.describe(c.max_trace_bytes))
         raise_nofile()  # before anything holds descriptors; the HTTP server is sized from the result
@@ -135,11 +136,15 @@ class Service:
             self.nvml.close()
             raise
 
-    def _start_sources(self) -> None:
+    def _build(self) -> None:
         if self._build_sources:
             from ..capture.registry import build_source
 
             self.sources = [build_source(spec, self.config) for spec in self.config.source]
+            self._build_sources = False
+
+    def _start_sources(self) -> None:
+        self._build()
         for src in self.sources:
             src.start()
             event(log, "source_started", source=src.name)

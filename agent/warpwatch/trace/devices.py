@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,24 @@ def load_gpu_properties(path: str | os.PathLike[str]) -> dict[int, DevicePropert
     if not out:
         raise TraceError(name, "no GPU properties in file")
     return out
+
+
+def one_model_devices(
+    devices: dict[int, DeviceProperties], used: Iterable[int]
+) -> tuple[dict[int, DeviceProperties], dict[int, int]]:
+    """The properties that apply to each device id the kernels ran on (spec "Physical bounds"):
+    each entry to the id it names; where every entry describes one device model (under one id or
+    several), that model to the used ids the trace does not list too (real MI300X traces list
+    id 0 while their kernels ran on device 2 or 9). Returns the properties by id and, for each id
+    given another's, the id they came from."""
+    missing = sorted({d for d in used if d not in devices})
+    if not devices or not missing:
+        return devices, {}
+    models = {replace(p, id=0, uuid=None) for p in devices.values()}
+    if len(models) != 1:
+        return devices, {}
+    source = min(devices)
+    out = dict(devices)
+    for d in missing:
+        out[d] = replace(devices[source], id=d, uuid=None)
+    return out, dict.fromkeys(missing, source)
