@@ -22,7 +22,7 @@ clamp; for the kernels of a device, whose excesses over their observed values sh
 the Euclidean projection onto {excess >= 0, Σ excess <= room}. Both are projections onto a convex
 set that holds the truth, so the bounded estimate is never further from the window's truth than
 the unbounded one (busy: per window; kernels: the device's vector of kernel times per window) —
-tests/test_bounds_truth.py checks it against a simulated stream. The `_total` counters keep the
+tests/analysis/test_bounds_truth.py checks it against a simulated stream. The `_total` counters keep the
 unbounded sums, which stay unbiased over many windows.
 """
 
