@@ -60,6 +60,7 @@ def test_quick_start_has_the_two_commands_a_fresh_machine_needs() -> None:
     assert blocks[-1] == "bash .ci/run"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed (.ci/run installs it)")
 def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_corrected_one() -> None:
     install, curl, *_ = _bash_blocks(_section("Quick start"))

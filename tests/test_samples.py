@@ -112,6 +112,7 @@ def test_the_layout_is_that_of_a_real_mid_2021_trace(repro: dict[str, Any], shar
     assert {k["args"]["correlation"] for k in _by_cat(repro, "Kernel")} <= runtime
 
 
+@pytest.mark.slow
 def test_the_device_is_a_real_rtx_2080_ti_record(repro: dict[str, Any], shared_traces: Path) -> None:
     real = _load(shared_traces / RTX_2080_TI)["deviceProperties"][0]
     assert repro["deviceProperties"] == [real]

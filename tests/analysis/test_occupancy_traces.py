@@ -96,6 +96,7 @@ def _trace_cases() -> tuple[set[TraceInput], int, int]:
     return inputs, sum(len(i) for i, _ in per_file), sum(n for _, n in per_file)
 
 
+@pytest.mark.slow
 def test_every_kernel_of_the_public_traces_agrees_with_the_header(
     occ_driver: Path, capsys: pytest.CaptureFixture[str], shared_traces: Path
 ) -> None:

@@ -195,6 +195,7 @@ def _random_cases(count: int, seed: int) -> list[Case]:
 RANDOM_LAUNCHES = 12_000  # each in both shared-memory limit modes
 
 
+@pytest.mark.slow
 def test_random_launches_on_every_architecture_agree_with_the_header(
     occ_driver: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -190,6 +190,7 @@ def test_a_replayed_folder_leaves_refused_files_out_and_reports_them_once(folder
     assert [w.path for w in src.capture(1, 1)] == [folder / "a.json.gz"]
 
 
+@pytest.mark.slow
 def test_replaying_a_single_refused_file_stops_the_start_with_the_reason(folder: Path) -> None:
     os.mkfifo(folder / "pipe.json")
     result = run_cli("run", "--source", f"replay:{folder / 'pipe.json'}", "--port", "0", timeout=30)

@@ -39,6 +39,7 @@ def client(root: Path, name: str) -> socket.socket:
     return fake_client(str(root / "s" / name))
 
 
+@pytest.mark.slow
 def test_a_client_that_missed_its_poll_is_waited_for_at_most_the_fixed_bound(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue: a client polling twice 40 s apart held the next window open 61.3 s (1.5 x its gap).
@@ -66,6 +67,7 @@ def test_a_client_that_missed_its_poll_is_waited_for_at_most_the_fixed_bound(
         src.close()
 
 
+@pytest.mark.slow
 def test_a_missed_poll_lengthens_one_gap_not_the_clients_interval(root: Path) -> None:
     src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"))
     src.start()
@@ -128,6 +130,7 @@ def test_fake_senders_cost_a_few_log_lines_a_bounded_registry_and_are_counted(
     assert events.count("daemon_client_evicted") == 1
 
 
+@pytest.mark.slow
 def test_the_daemon_thread_survives_a_flood(root: Path) -> None:
     src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"))
     src.start()

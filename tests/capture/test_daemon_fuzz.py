@@ -121,6 +121,7 @@ class _Errors(logging.Handler):
         self.records.append(record)
 
 
+@pytest.mark.slow
 def test_generated_datagrams_are_counted_and_never_stop_the_daemon(peer: Peer) -> None:
     src = peer.source()
     src.start()

@@ -253,6 +253,7 @@ def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
         src.close()
 
 
+@pytest.mark.slow
 def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(
         peer: Peer) -> None:
     """Every sender with the trace bit that polled while a window accepted was served a config,

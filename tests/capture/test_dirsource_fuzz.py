@@ -121,6 +121,7 @@ def _mutate(path: Path, how: str) -> None:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
+@pytest.mark.slow
 @given(entries=st.lists(_ENTRY, min_size=1, max_size=6))
 def test_any_folder_content_gives_clean_counted_windows(
         tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,

@@ -48,6 +48,7 @@ _OBJECTS = st.dictionaries(_TRICKY, _VALUES, max_size=5)
 @settings(max_examples=150, deadline=None)
 @given(obj=_OBJECTS, ascii_only=st.booleans(), indent=st.sampled_from([None, 0, 2]),
        lead=st.sampled_from(["", " ", "\n\t "]), trail=st.sampled_from(["", "\n", " \r\n "]), data=st.data())
+@pytest.mark.slow
 def test_a_json_object_is_complete_exactly_when_whole_however_it_is_cut(
         obj: dict[str, Any], ascii_only: bool, indent: int | None, lead: str, trail: str, data: st.DataObject) -> None:
     text = (lead + json.dumps(obj, ensure_ascii=ascii_only, indent=indent)).encode()

@@ -158,6 +158,7 @@ def test_replay_samples_alias_replays_the_bundled_traces() -> None:
 # --------------------------------------------------------------------------------------------- dir: under abuse
 
 
+@pytest.mark.slow
 def test_a_json_still_being_written_is_not_judged_complete_because_it_ends_in_a_brace(folder: Path) -> None:
     """Issue: a plain .json ending in `}` between two chunks, unchanged for 100 ms, was handed over
     and failed as truncated. Now it must be one whole JSON object by structure (which the invalid

@@ -200,6 +200,7 @@ def test_disabled_logs_once_and_backs_off(
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
 
 
+@pytest.mark.slow
 def test_backoff_doubles_and_recovers(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _vllm(standins, trace_dir, enabled=False)
     src = VllmSource(server.url, trace_dir, backoff_s=0.15, max_backoff_s=10, **FAST)
@@ -219,6 +220,7 @@ def test_backoff_doubles_and_recovers(trace_dir: Path, standins: list[StandIn]) 
 # -- slow flush --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blocking", [True, False], ids=["stop-waits", "stop-answers-early"])
 def test_slow_flush_waits_then_succeeds(trace_dir: Path, standins: list[StandIn], blocking: bool) -> None:
     server = _vllm(standins, trace_dir, blocking=blocking, chunks=5, chunk_delay=0.2)
@@ -230,6 +232,7 @@ def test_slow_flush_waits_then_succeeds(trace_dir: Path, standins: list[StandIn]
     _check_files(windows, server)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blocking", [True, False], ids=["stop-waits", "stop-answers-early"])
 def test_too_slow_flush_times_out(
     trace_dir: Path, standins: list[StandIn], blocking: bool, caplog: pytest.LogCaptureFixture
@@ -245,6 +248,7 @@ def test_too_slow_flush_times_out(
     assert any(r.levelno == logging.WARNING for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_flush_bounded_by_service_timeout(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _vllm(standins, trace_dir, blocking=False, chunks=4, chunk_delay=0.5)
     src = VllmSource(server.url, trace_dir, flush_timeout_s=60, **FAST)
@@ -257,6 +261,7 @@ def test_flush_bounded_by_service_timeout(trace_dir: Path, standins: list[StandI
 # -- missing rank, server gone -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_missing_rank_file(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _sglang(standins, trace_dir, write_ranks=(0,))
     src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=0.5, **FAST)
@@ -269,6 +274,7 @@ def test_missing_rank_file(trace_dir: Path, standins: list[StandIn]) -> None:
     assert missing.error is not None and "rank 1" in missing.error
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_writes_does_not_hold_back_the_next_window(trace_dir: Path, standins: list[StandIn]) -> None:
     """The window gives up on rank 1 (counted timed_out); its session stays open for late files, but
     once nothing more has come for settle_quiet_s the next window opens (not after late_timeout_s)."""
@@ -281,6 +287,7 @@ def test_a_rank_that_never_writes_does_not_hold_back_the_next_window(trace_dir: 
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
 
+@pytest.mark.slow
 def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: Path, standins: list[StandIn]) -> None:
     """A shared volume shows rank 1's file after the window took rank 0's as the whole answer:
     the next round hands it over with its own window's interval, before opening a new window."""
@@ -310,6 +317,7 @@ def _paths_of_rounds(src: SglangSource | VllmSource, rounds: int) -> list[Path |
     return paths
 
 
+@pytest.mark.slow
 def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standins: list[StandIn]) -> None:
     """SGLang names every rank's file with the session's profile id: a file with another id that
     appears after the window (a person's profile in the same folder) is neither read nor deleted."""
@@ -326,6 +334,7 @@ def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standi
     assert theirs.exists()
 
 
+@pytest.mark.slow
 def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vllm_rank(
     trace_dir: Path, standins: list[StandIn]
 ) -> None:
@@ -356,6 +365,7 @@ def test_expected_files_all_present_returns_early(trace_dir: Path, standins: lis
     assert len(_ok(windows)) == 2
 
 
+@pytest.mark.slow
 def test_server_goes_away_mid_window(
     trace_dir: Path, standins: list[StandIn], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -91,6 +91,7 @@ def assert_rank_files(windows: list[CapturedWindow], stages: int = 1) -> None:
     ],
     ids=["vllm-old", "vllm-config", "vllm-0.17", "sglang-0.4.2-env", "sglang-0.4.6", "sglang-0.5", "sglang-v2"],
 )
+@pytest.mark.slow
 def test_each_family_gives_one_window_per_rank(
     script: str, family_args: list[str], source_kw: dict[str, Any], stages: int, trace_dir: Path, launch: Launch
 ) -> None:
@@ -110,6 +111,7 @@ def test_each_family_gives_one_window_per_rank(
 # -- 1. never a request that kills the engine --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sglang_0_4_2_without_the_env_dir_is_never_started(trace_dir: Path, launch: Launch) -> None:
     engine = launch("sglang_server.py", "--family", "0.4.2")
     src = SglangSource(engine.url, trace_dir, **FAST)
@@ -121,6 +123,7 @@ def test_sglang_0_4_2_without_the_env_dir_is_never_started(trace_dir: Path, laun
     assert src.server_stats().skipped == {"unsafe_request": 1}
 
 
+@pytest.mark.slow
 def test_sglang_0_4_2_stop_answers_before_the_ranks_write(trace_dir: Path, launch: Launch) -> None:
     """0.4.0-0.4.3 answer /stop_profile at once and write rank by rank afterwards (0.4 s, 0.8 s):
     the window waits for the two ranks the server reports rather than taking the first file."""
@@ -132,6 +135,7 @@ def test_sglang_0_4_2_stop_answers_before_the_ranks_write(trace_dir: Path, launc
     assert engine.alive()
 
 
+@pytest.mark.slow
 def test_sglang_profile_v2_gets_only_by_stage_requests(trace_dir: Path, launch: Launch) -> None:
     """SGLANG_PROFILE_V2=1, which no endpoint shows: a plain start, a start_step or a stop would
     end the server. The source sends one by-stage request and waits for its files; while they
@@ -247,6 +251,7 @@ def test_vllm_front_end_cpu_trace_is_not_a_window(
 # -- 5. files that arrive after their window gave up -------------------------------------------
 
 
+@pytest.mark.slow
 def test_files_of_a_slow_stop_are_collected_later(trace_dir: Path, launch: Launch) -> None:
     """The first stop takes 1.5 s (a large model's flush), the window gives up after 0.5 s; the
     files are handed over in a later round and deleted once processed, and no window is opened
@@ -277,6 +282,7 @@ def test_files_of_a_slow_stop_are_collected_later(trace_dir: Path, launch: Launc
     assert stats.files.get("late") == 2 and stats.skipped.get("previous_flush_pending", 0) >= 1
 
 
+@pytest.mark.slow
 def test_a_file_that_never_completes_is_abandoned_and_deleted(trace_dir: Path, launch: Launch) -> None:
     """A stop that answers while its files are still written very slowly (60 s): after
     late_timeout_s the unfinished files are given up, counted and deleted: disk stays bounded."""

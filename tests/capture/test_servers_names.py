@@ -150,6 +150,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Any:
     s.close()
 
 
+@pytest.mark.slow
 @given(answer=ANSWER)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_server_info_answer_is_handled(answer: tuple[int, bytes], hostile: SglangStandIn) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support.paths import HTA, ROOT
 from support.tracebuild import kernel, span, trace_doc, write
 
@@ -85,6 +87,7 @@ def test_usage_error_exits_2() -> None:
     assert run("--launches", str(SAMPLE)).returncode == 2
 
 
+@pytest.mark.slow
 def test_analyze_imports_neither_the_agent_nor_the_dashboards() -> None:
     """Only the command asked for is imported: `analyze` starts without aiohttp, prometheus_client,
     apscheduler or grafanalib (which cost `run` and `dashboards` most of a second)."""

@@ -112,6 +112,7 @@ def test_the_command_line(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_real_trace_fixed_is_equal_elsewhere_and_hta_reads_the_corrected_values(tmp_path: Path) -> None:
     """step_based_trace (GP100, 56 SMs, 130 kernels): HTA's parser, with every arg as a column."""
     out = tmp_path / "fixed.json.gz"

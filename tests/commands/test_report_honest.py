@@ -248,6 +248,7 @@ def test_json_launch_counts_and_durations_say_what_they_are(tmp_path: Path) -> N
     assert {"ts_us", "dur_us"} <= rec.keys() and not {"ts", "dur"} & rec.keys()
 
 
+@pytest.mark.slow
 def test_max_trace_bytes_takes_sizes_refuses_negatives_and_errors_name_the_flag(tmp_path: Path) -> None:
     assert cli("analyze", "--max-trace-bytes", "2GiB", str(SAMPLE)).returncode == 0
     for command in (("analyze", str(SAMPLE)), ("fix", str(SAMPLE), "-o", str(tmp_path / "o.json"))):

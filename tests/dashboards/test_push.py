@@ -150,6 +150,7 @@ def push_all(grafana: FakeGrafana, with_rules: bool = True) -> list[str]:
                 api_rules)
 
 
+@pytest.mark.slow
 def test_first_push_creates_folder_dashboards_and_rules(grafana: FakeGrafana) -> None:
     done = push_all(grafana)
     board_uids = [d.uid for d in dashboards()]
@@ -179,6 +180,7 @@ def test_first_push_creates_folder_dashboards_and_rules(grafana: FakeGrafana) ->
     assert set(grafana.rules) == set(rule_uids)
 
 
+@pytest.mark.slow
 def test_second_push_changes_nothing(grafana: FakeGrafana) -> None:
     push_all(grafana)
     boards_before = json.dumps(grafana.boards, sort_keys=True)
@@ -195,6 +197,7 @@ def test_second_push_changes_nothing(grafana: FakeGrafana) -> None:
     assert json.dumps(grafana.rules, sort_keys=True) == rules_before
 
 
+@pytest.mark.slow
 def test_changed_dashboard_is_saved_again(grafana: FakeGrafana) -> None:
     push_all(grafana, with_rules=False)
     grafana.boards["warpwatch-kernels"]["dashboard"]["title"] = "edited in the UI"
@@ -203,11 +206,13 @@ def test_changed_dashboard_is_saved_again(grafana: FakeGrafana) -> None:
     assert grafana.boards["warpwatch-kernels"]["dashboard"]["title"] == "warpwatch / Kernels"
 
 
+@pytest.mark.slow
 def test_dashboards_only_without_alerts_flag(grafana: FakeGrafana) -> None:
     push_all(grafana, with_rules=False)
     assert not any(r.path.startswith(RULE_PATH) for r in grafana.log)
 
 
+@pytest.mark.slow
 def test_rejected_token_is_a_clear_error_without_the_token(grafana: FakeGrafana) -> None:
     with pytest.raises(GrafanaError) as info:
         push(client(grafana.url, token="wrong-token"), {}, FOLDER, "warpwatch")
@@ -220,6 +225,7 @@ def test_rejected_token_is_a_clear_error_without_the_token(grafana: FakeGrafana)
     assert "wrong-token" not in str(err) and "wrong-token" not in repr(client(grafana.url, "wrong-token"))
 
 
+@pytest.mark.slow
 def test_grafana_message_is_quoted_even_when_not_json(grafana: FakeGrafana) -> None:
     grafana.fail = (502, b"upstream connect error")
     expected = r"^Grafana GET /api/folders/warpwatch answered 502: upstream connect error$"
@@ -243,6 +249,7 @@ def test_token_and_url_are_checked() -> None:
         GrafanaClient("grafana:3000", TOKEN)
 
 
+@pytest.mark.slow
 def test_cli_push_reads_the_token_from_the_environment_and_never_prints_it(
     grafana: FakeGrafana, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,6 +21,8 @@ from support.tracebuild import H100, kernel, span, trace_doc, write
 from warpwatch.dashboards import Settings, all_queries, rules
 from warpwatch.model import ARTIFACT_KINDS
 
+pytestmark = pytest.mark.slow  # a real agent and Prometheus for the whole module
+
 NO_DRIVER_EMPTY = ("warpwatch_nvml_sm_occupancy_ratio", "warpwatch_nvml_gpu_utilization_ratio")
 """Series that only exist where NVML answers: without a driver their panels are legitimately empty."""
 

@@ -181,6 +181,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_the_image_command_serves_and_its_healthcheck_passes(final: Stage, tmp_path: Path) -> None:
     warpwatch = Path(sys.executable).parent / "warpwatch"
     if not warpwatch.is_file():

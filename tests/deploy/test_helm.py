@@ -153,6 +153,7 @@ def test_values_schema_describes_every_value_and_nothing_else() -> None:
     ("kineto.torchVersion=2", "kineto.torchVersion"),
     ("kineto.allowAffectedTorch=yes", "kineto.allowAffectedTorch"),
 ])
+@pytest.mark.slow
 def test_the_schema_rejects_misspelt_and_malformed_values(override: str, complaint: str) -> None:
     proc = _helm("lint", "--strict", str(CHART), "--set", override, check=False)
     assert proc.returncode != 0
@@ -190,6 +191,7 @@ def _expected_counts(name: str, monitoring: bool) -> Counter[str]:
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("monitoring", [True, False], ids=["with-monitoring-api", "without"])
 def test_rendered_object_counts(monitoring: bool) -> None:
     lines = []
@@ -238,6 +240,7 @@ def test_every_object_names_its_namespace(name: str) -> None:
         assert obj["metadata"].get("namespace") == expected, f"{obj['kind']}/{obj['metadata']['name']}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 @pytest.mark.parametrize("name", list(VALUE_SETS))
 def test_manifests_pass_kubernetes_validate_strict(name: str, kube_version: str) -> None:
@@ -257,6 +260,7 @@ def test_manifests_pass_kubernetes_validate_strict(name: str, kube_version: str)
     assert checked == len([o for o in objs if o["apiVersion"] != CRD_GROUP]) > 0
 
 
+@pytest.mark.slow
 def test_kubernetes_validate_cli_strict_on_the_default_render(tmp_path: Path) -> None:
     """The command line, as CI or a user would run it, on the whole default render."""
     exe = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")

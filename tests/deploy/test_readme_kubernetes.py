@@ -153,6 +153,7 @@ def test_the_section_shows_every_file_and_step() -> None:
         assert step in starts, step
 
 
+@pytest.mark.slow
 def test_the_vllm_release_renders_a_traced_vllm_pod_scraped_by_kube_prometheus_stack(workdir: Path) -> None:
     install = _command("helm install serve ")
     namespace = install[install.index("-n") + 1]
@@ -211,6 +212,7 @@ def test_the_vllm_release_renders_a_traced_vllm_pod_scraped_by_kube_prometheus_s
     assert f"serviceMonitor/{namespace}/{monitor['metadata']['name']}/0" in _section()
 
 
+@pytest.mark.slow
 def test_on_a_cluster_without_native_sidecars_the_same_files_render_a_regular_sidecar(workdir: Path) -> None:
     objs = _render(workdir, _command("helm install serve "), monitoring=True, kube_version=OLD_KUBE_VERSION)
     _validate(objs, OLD_KUBE_VERSION)
@@ -221,6 +223,7 @@ def test_on_a_cluster_without_native_sidecars_the_same_files_render_a_regular_si
     assert "restartPolicy" not in spec["containers"][1]  # the API server refuses it outside initContainers
 
 
+@pytest.mark.slow
 def test_the_vllm_image_has_a_torch_that_survives_the_daemon_and_the_values_declare_it(workdir: Path) -> None:
     """torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1 (pytorch/pytorch#163545, fixed in 2.10)."""
     (deployment,) = _by(_render(workdir, _command("helm install serve "), monitoring=True), "Deployment")

@@ -43,6 +43,7 @@ def shared_mangled_names(tmp: Path) -> list[str]:
                    if launch.name.startswith("_Z")})
 
 
+@pytest.mark.slow
 def test_every_mangled_kernel_name_of_the_shared_traces_demangles_as_cxxfilt_does(tmp_path: Path) -> None:
     names = shared_mangled_names(tmp_path)
     demangled = {n: demangle(n) for n in names}
@@ -107,6 +108,7 @@ def test_kernel_like_names_gcc_writes_demangle_as_cxxfilt_does(tmp_path: Path) -
             assert squash(demangle(name) or name) == squash(expected), name
 
 
+@pytest.mark.slow
 def test_demangling_is_the_same_in_every_process() -> None:
     """itanium-demangler keeps qualifiers in a frozenset, whose order follows string hashing, which
     every process seeds anew: `int const volatile*` came out in any order."""

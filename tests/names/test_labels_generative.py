@@ -72,6 +72,7 @@ MANGLED_TOKENS = [
 ]
 
 
+@pytest.mark.slow
 @BOUNDED
 @given(st.lists(st.sampled_from(CXX_TOKENS), max_size=80).map("".join))
 def test_cxx_like_text(worker: LabelWorker, raw: str) -> None:
@@ -84,12 +85,14 @@ def test_mangled_like_names(worker: LabelWorker, raw: str) -> None:
     assert_valid_label(worker, raw)
 
 
+@pytest.mark.slow
 @BOUNDED
 @given(st.text(st.sampled_from("NEISTZUlvifdcPRKVOCDLXBJp_0123456789abé"), max_size=200).map(lambda s: "_Z" + s))
 def test_mangled_garbage(worker: LabelWorker, raw: str) -> None:
     assert_valid_label(worker, raw)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=timedelta(seconds=10), suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([MAX_MANGLED, MAX_PARSED]), st.integers(-2, 2), st.sampled_from(["_ZN1a", "a<", "é", "1a"]))
 def test_names_at_and_beyond_the_limits(worker: LabelWorker, limit: int, delta: int, unit: str) -> None:

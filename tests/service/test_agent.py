@@ -60,6 +60,7 @@ def replay_agent() -> Iterator[Agent]:
         agent.stop()
 
 
+@pytest.mark.slow
 def test_replayed_windows_export_the_numbers_of_warpwatch_analyze(replay_agent: Agent) -> None:
     """alexnet (A100, 108 SMs): 16 kernels, one process, rank 0."""
     doc = analyze_json(ALEXNET)
@@ -71,6 +72,7 @@ def test_replayed_windows_export_the_numbers_of_warpwatch_analyze(replay_agent: 
     assert sample(samples, "warpwatch_window_processing_seconds_count") == ok_windows(samples)
 
 
+@pytest.mark.slow
 def test_counters_grow_across_replayed_windows(replay_agent: Agent) -> None:
     first = replay_agent.wait_for(lambda s: ok_windows(s) >= 1)
     n = ok_windows(first)
@@ -113,6 +115,7 @@ def test_one_log_line_per_window(replay_agent: Agent) -> None:
                      r"bounds=trace_span rank=0$", line), line
 
 
+@pytest.mark.slow
 def test_bad_files_in_a_folder_each_fail_one_window_and_the_last_snapshot_stays(tmp_path: Path) -> None:
     """control.json.gz (trace_diff) first; then garbage, a truncated gzip and an empty file."""
     folder = tmp_path / "traces"
@@ -149,6 +152,7 @@ def test_bad_files_in_a_folder_each_fail_one_window_and_the_last_snapshot_stays(
     assert not any("Traceback" in line for line in agent.lines)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_agent_within_the_window_plus_five_seconds_with_status_0(tmp_path: Path) -> None:
     agent = Agent("--source", f"dir:{tmp_path}", "--period", "10s", "--window", "1s", "--jitter", "0")
     agent.wait_for_line("event=source_started", 10)
@@ -168,6 +172,7 @@ def test_sigterm_stops_the_agent_within_the_window_plus_five_seconds_with_status
         ((), "warpwatch: error: source: no source given; add one, e.g. --source dir:/var/run/traces"),
     ],
 )
+@pytest.mark.slow
 def test_bad_settings_exit_1_with_one_line(args: tuple[str, ...], message: str) -> None:
     result = run_cli("run", *args, timeout=30)
     assert result.returncode == 1
@@ -175,6 +180,7 @@ def test_bad_settings_exit_1_with_one_line(args: tuple[str, ...], message: str) 
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -239,6 +245,7 @@ def test_a_hanging_source_times_out_and_is_skipped_while_busy(monkeypatch: pytes
     src.hang.set()
 
 
+@pytest.mark.slow
 def test_shutdown_abandons_a_stuck_round_after_window_plus_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service_module, "SHUTDOWN_GRACE_S", 0.2)
     src = StubSource()
@@ -282,6 +289,7 @@ def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
     assert b'warpwatch_windows_total{outcome="failed"} 1.0' in svc.render("text/plain")[0]
 
 
+@pytest.mark.slow
 def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
     """The agent started with --web-config (exporter-toolkit format, bcrypt hash) refuses scrapes
     without the password and serves them with it; the password and the hash never reach the log."""

@@ -161,6 +161,7 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
 # --------------------------------------------------------------------------------------------- files
 
 
+@pytest.mark.slow
 def test_a_growing_file_is_waited_for_and_a_truncated_one_fails_once(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
@@ -222,6 +223,7 @@ def write_on_volume(kind: str, source: Path, target: Path) -> int:
     return int(proc.stdout.strip() or 0)
 
 
+@pytest.mark.slow
 def test_a_full_trace_volume_fails_the_window_and_the_agent_goes_on(tmp_path: Path) -> None:
     volume = tmp_path / "volume"
     big = tmp_path / "big.json"
@@ -344,6 +346,7 @@ def nvmlDeviceGetUtilizationRates(h):
 '''
 
 
+@pytest.mark.slow
 def test_nvml_errors_and_a_lost_gpu_are_counted_logged_once_and_recovered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,6 +41,7 @@ from warpwatch.service.ticker import Ticker
 # --------------------------------------------------------------------------------------------- start and stop
 
 
+@pytest.mark.slow
 def test_a_taken_daemon_socket_stops_the_start_with_a_message(tmp_path: Path) -> None:
     root = Path(tempfile.mkdtemp(prefix="ww", dir="/tmp"))
     squatter = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -62,6 +63,7 @@ def test_a_taken_daemon_socket_stops_the_start_with_a_message(tmp_path: Path) ->
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_capture_exits_0_within_the_window_plus_five_seconds(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
     folder.mkdir()
@@ -76,6 +78,7 @@ def test_sigterm_during_a_capture_exits_0_within_the_window_plus_five_seconds(tm
     no_traceback(agent)
 
 
+@pytest.mark.slow
 def test_sigterm_during_analysis_exits_0_within_the_window_plus_five_seconds(big_trace: Path) -> None:
     agent = Agent("--source", f"replay:{big_trace}", "--period", "60s", "--window", "1s", "--jitter", "0")
     time.sleep(0.5)  # the first round started at once: reading and analysing 25 MB
@@ -147,6 +150,7 @@ class SteppedClock:
             return now
 
 
+@pytest.mark.slow
 def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> None:
     clock = SteppedClock()
     src = ReplaySource(ALEXNET)
@@ -184,6 +188,7 @@ def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> N
         svc.shutdown()
 
 
+@pytest.mark.slow
 def test_the_ticker_ticks_every_period_and_never_bursts_after_missed_ones() -> None:
     """The real APScheduler 3 underneath: periodic ticks, and a stalled tick coalesces the missed ones."""
     ticks: list[float] = []

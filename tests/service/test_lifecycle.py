@@ -46,6 +46,7 @@ def test_sighup_stops_the_agent_cleanly_with_a_log_line_and_removes_the_socket_f
     no_traceback(agent)
 
 
+@pytest.mark.slow
 def test_sigint_right_after_start_exits_without_a_traceback(tmp_path: Path) -> None:
     """Issue: SIGINT while the agent was still importing printed a KeyboardInterrupt traceback.
     (Before the interpreter has imported runpy, CPython's own startup may still print one: no code
@@ -104,6 +105,7 @@ def test_sigterm_while_bad_passwords_are_checked_never_aborts(tmp_path: Path) ->
     (("--collect-timeout", "1e9"), "warpwatch: error: collect_timeout: must be at most 3600s (an hour; got 1e+09s)"),
     (("--max-trace-bytes", "9" * 400), "warpwatch: error: max_trace_bytes (--max-trace-bytes): invalid value"),
 ])
+@pytest.mark.slow
 def test_out_of_bounds_settings_are_one_clean_error(args: tuple[str, ...], message: str) -> None:
     result = run_cli("run", "--source", "dir:/x", *args, timeout=30)
     assert result.returncode == 1
@@ -111,6 +113,7 @@ def test_out_of_bounds_settings_are_one_clean_error(args: tuple[str, ...], messa
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_yaml_period_of_1e300_and_a_non_utf8_config_file_are_one_clean_error(tmp_path: Path) -> None:
     huge = tmp_path / "huge.yml"
     huge.write_text("source: dir:/x\nperiod: 1e300\n")

@@ -195,6 +195,7 @@ def scrape(port: int) -> bytes:
 
 @settings(max_examples=120, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@pytest.mark.slow
 @given(request=requests())
 def test_any_request_gets_a_clean_answer_or_close_in_bounded_time(server: HttpServer, logs: Collected,
                                                                    request: tuple[bytes, str]) -> None:
@@ -203,6 +204,7 @@ def test_any_request_gets_a_clean_answer_or_close_in_bounded_time(server: HttpSe
     assert logs.tracebacks() == []
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=st.lists(requests(), min_size=2, max_size=4))
 def test_pipelined_requests_on_one_connection_get_clean_answers(server: HttpServer, logs: Collected,

@@ -173,6 +173,7 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
             t.join(10)
 
 
+@pytest.mark.slow
 def test_a_request_whose_headers_never_finish_gets_no_response_and_is_never_rendered(
         caplog: pytest.LogCaptureFixture) -> None:
     """Issue: closing 2,000 half-sent connections made the server answer each as GET /metrics."""
@@ -194,6 +195,7 @@ def test_a_request_whose_headers_never_finish_gets_no_response_and_is_never_rend
     assert not any(r.exc_info for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_a_trickle_of_header_bytes_does_not_extend_the_deadline() -> None:
     with serving(Limits(header_timeout_s=1.0)) as (server, renders), connect(server.port) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\n")
@@ -251,6 +253,7 @@ def test_a_client_that_goes_away_is_one_log_line_never_a_traceback(caplog: pytes
     assert not any(r.exc_info for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_graceful_shutdown_finishes_requests_in_progress_and_closes_the_rest_within_its_bound() -> None:
     """Issue: with 5,000 half-open connections SIGTERM did not finish in 20 s."""
     renders = Renders()
@@ -344,6 +347,7 @@ def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monk
 # TLS through the agent's server (the web-config format; test_webconfig covers loading it)
 
 
+@pytest.mark.slow
 def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_server(
         pki: Pki, tmp_path: Path) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"

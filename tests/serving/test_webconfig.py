@@ -93,6 +93,7 @@ def test_an_empty_file_turns_nothing_on(tmp_path: Path) -> None:
     assert check_basic_auth(cfg, None)
 
 
+@pytest.mark.slow
 def test_basic_auth_without_tls_is_allowed(tmp_path: Path) -> None:
     cfg = load_web_config(write_config(tmp_path, f"basic_auth_users:\n  {USER}: {HASH}\n"))
     assert cfg.tls is None

@@ -32,6 +32,7 @@ from warpwatch.serving.webfile import load_web_config
 # TLS and basic auth over real connections
 
 
+@pytest.mark.slow
 def test_https_with_basic_auth(pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     cfg = load_web_config(tls_config(pki, tmp_path, rest="http_server_config:\n  headers:\n"
@@ -68,6 +69,7 @@ def test_https_with_basic_auth(pki: Pki, tmp_path: Path, caplog: pytest.LogCaptu
         assert secret not in logged
 
 
+@pytest.mark.slow
 def test_client_certificate_required(pki: Pki, tmp_path: Path) -> None:
     cfg = load_web_config(tls_config(
         pki, tmp_path, f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"))
@@ -82,6 +84,7 @@ def test_client_certificate_required(pki: Pki, tmp_path: Path) -> None:
         assert "CERTIFICATE" in str(err).upper() or "HANDSHAKE" in str(err).upper()
 
 
+@pytest.mark.slow
 def test_client_certificate_optional(pki: Pki, tmp_path: Path) -> None:
     cfg = load_web_config(tls_config(
         pki, tmp_path, f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {pki.ca}\n"))
@@ -92,6 +95,7 @@ def test_client_certificate_optional(pki: Pki, tmp_path: Path) -> None:
         refused(url, client_context(pki, (pki.foreign_crt, pki.foreign_key)), basic(USER, PASSWORD))
 
 
+@pytest.mark.slow
 def test_client_allowed_sans(pki: Pki, tmp_path: Path) -> None:
     base = f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
     client = (pki.client_crt, pki.client_key)
@@ -106,6 +110,7 @@ def test_client_allowed_sans(pki: Pki, tmp_path: Path) -> None:
                 refused(url, client_context(pki, client))
 
 
+@pytest.mark.slow
 def test_min_version_tls13_refuses_a_tls12_client(pki: Pki, tmp_path: Path) -> None:
     cfg = load_web_config(tls_config(pki, tmp_path, "  min_version: TLS13\n"))
     with serve(cfg) as port:
@@ -115,6 +120,7 @@ def test_min_version_tls13_refuses_a_tls12_client(pki: Pki, tmp_path: Path) -> N
         assert get(url, client_context(pki), basic(USER, PASSWORD)).status == 200
 
 
+@pytest.mark.slow
 def test_max_version_and_cipher_suites_are_applied(pki: Pki, tmp_path: Path) -> None:
     cfg = load_web_config(tls_config(pki, tmp_path, "  max_version: TLS12\n  cipher_suites:\n"
                                                     "    - TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\n"))
@@ -125,6 +131,7 @@ def test_max_version_and_cipher_suites_are_applied(pki: Pki, tmp_path: Path) -> 
         assert cipher is not None and cipher[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
 
 
+@pytest.mark.slow
 def test_a_silent_client_does_not_block_others_and_times_out(pki: Pki, tmp_path: Path,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="warpwatch.webconfig")
@@ -143,6 +150,7 @@ def test_a_silent_client_does_not_block_others_and_times_out(pki: Pki, tmp_path:
     assert "tls_handshake_failed" in _logged(caplog)
 
 
+@pytest.mark.slow
 def test_a_rotated_certificate_is_picked_up(pki: Pki, tmp_path: Path) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(pki.server_crt, cert)
@@ -164,6 +172,7 @@ def test_a_rotated_certificate_is_picked_up(pki: Pki, tmp_path: Path) -> None:
         assert serial(port) == 9
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")
 def test_curl(pki: Pki, tmp_path: Path) -> None:
     assert CURL is not None
@@ -312,6 +321,7 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(pki: Pki, tmp_path: Path) -
     assert "certificate required" in targets["mtls_no_client_cert"]["lastError"]
 
 
+@pytest.mark.slow
 def test_curve_preferences_restrict_the_key_exchange(pki: Pki, tmp_path: Path) -> None:
     cfg = load_web_config(tls_config(pki, tmp_path, "  curve_preferences: [CurveP384]\n", users=False))
     with serve(cfg) as port:

@@ -49,6 +49,7 @@ def seed_doc(path: Path) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 def test_truncation_at_every_byte_position_of_a_real_trace() -> None:
     data = SEED_SMALL.read_bytes()
     results = {outcome(data[:n]) for n in range(len(data))}
@@ -56,6 +57,7 @@ def test_truncation_at_every_byte_position_of_a_real_trace() -> None:
     assert outcome(data) == "ok"
 
 
+@pytest.mark.slow
 def test_random_byte_flips_of_a_real_trace() -> None:
     rng = random.Random(1234)
     data = bytearray(gzip.decompress(SEED_KERNELS.read_bytes()))
@@ -75,6 +77,7 @@ ARG_FIELDS = ["device", "stream", "grid", "block", "registers per thread", "shar
               "blocks per SM", "est. achieved occupancy %"]
 
 
+@pytest.mark.slow
 def test_wrong_types_in_every_field_used() -> None:
     doc = seed_doc(SEED_SMALL)
     kernel_index = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")

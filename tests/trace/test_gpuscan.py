@@ -217,6 +217,7 @@ def test_a_kernel_nested_in_another_event_is_no_launch_for_either_skimming_reade
     assert python_skim(piece(event)) is None
 
 
+@pytest.mark.slow
 def test_random_byte_edits_of_a_kernel_event_never_give_another_answer() -> None:
     """20,000 single-byte edits (replace, insert, delete) anywhere in one kernel event, with JSON's
     own characters more likely than others: answered exactly as Python, or refused."""

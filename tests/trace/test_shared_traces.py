@@ -79,17 +79,20 @@ def _check(path: Path) -> tuple[int, int]:
     return len(kernels), computed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _trace_files(), ids=lambda p: p.name)
 def test_every_shared_trace_reads_and_matches_an_independent_count(path: Path) -> None:
     _check(path)
 
 
+@pytest.mark.slow
 def test_every_dlrm_rank_reads_with_its_rank(dlrm_ranks: list[Path]) -> None:
     assert len(dlrm_ranks) == 8
     for path in dlrm_ranks:
         _check(path)
 
 
+@pytest.mark.slow
 def test_launch_totals_over_all_shared_traces(dlrm_ranks: list[Path]) -> None:
     """A single figure for the closing note: launches checked and warps-per-SM values recomputed."""
     total = computed = 0

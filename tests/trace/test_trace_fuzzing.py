@@ -22,6 +22,7 @@ def test_each_input_the_fuzzer_found_now_reads_alike_in_both_builds(path: Path) 
     trace_oracle.check(path.read_bytes())
 
 
+@pytest.mark.slow
 def test_the_seeds_read_alike_in_both_builds_and_some_are_errors() -> None:
     """The fuzzer's seed corpus through the oracle: real pieces read, the hand-made edits that are
     errors are errors (so the oracle compares answers, not only successes)."""

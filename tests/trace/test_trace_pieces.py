@@ -73,6 +73,7 @@ def test_pieces_give_the_same_trace_as_one_go(workers: int) -> None:
     assert cut(data, workers) == expected
 
 
+@pytest.mark.slow
 def test_device_properties_after_the_events_and_a_bare_list_are_read() -> None:
     doc = big_doc()
     reordered = {"traceEvents": doc["traceEvents"], "deviceProperties": [H100, {**H100, "id": 1}], "schemaVersion": 1}
@@ -100,6 +101,7 @@ def test_unknown_phases_odd_types_and_one_line_documents_still_match() -> None:
     assert cut(one_line) == whole(data)
 
 
+@pytest.mark.slow
 def test_a_cut_inside_an_event_is_found_out_and_the_piece_extended() -> None:
     """Pretty-printed args holding a list of objects put `},\\n{` inside events: a piece cut
     there does not decode as whole events, and is extended to the next cut."""
@@ -132,6 +134,7 @@ def test_kinetos_invalid_json_is_repaired_in_the_piece_that_needs_it() -> None:
         (lambda e: e[0].update({"dur": "x"}), "ts/dur must be finite"),
     ],
 )
+@pytest.mark.slow
 def test_errors_name_the_event_by_its_index_in_the_whole_document(edit: Any, reason: str) -> None:
     doc = big_doc()
     events = doc["traceEvents"]
@@ -234,6 +237,7 @@ def test_hip_runtime_calls_give_their_kernels_launch_api() -> None:
         assert apis[1:399] == [None] * 398
 
 
+@pytest.mark.slow
 def test_a_real_trace_cut_in_hundreds_of_pieces() -> None:
     data = gzip.decompress((HTA / "nccl_parser_config" / "nccl_data.json.gz").read_bytes())
     assert len(data) > 200 * PIECE
