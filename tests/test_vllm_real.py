@@ -150,3 +150,24 @@ def test_kineto_daemon_attaches_to_every_vllm_process(server: VllmServer, root: 
         assert complete(server)
     finally:
         src.close()
+
+
+def test_someone_elses_profile_is_left_alone(server: VllmServer, root: Path) -> None:
+    """vLLM 0.32 refuses a second start (409): a person's profile, started with curl, is neither
+    stopped nor taken; the agent backs off (`profile_in_use`)."""
+    profiles = root / "profiles"
+    before = server.starts_logged()
+    assert server.post("/start_profile") == 200  # a person
+    src = VllmSource(server.url, profiles, delete_processed=True, poll_interval_s=0.1, settle_quiet_s=1.0)
+    src.start()
+    (w,) = src.capture(0.3, 30)
+    assert w.outcome == "failed" and w.error is not None and "someone else's" in w.error and "409" in w.error
+    assert nonzero(src.server_stats().skipped) == {"profile_in_use": 1}
+    assert src.capture(0.3, 30) == []  # backing off: nothing sent
+    assert server.starts_logged() == before + 1
+    assert server.post("/stop_profile", timeout_s=60) == 200  # theirs to stop: their files are there
+    theirs = trace_files(profiles)
+    assert len(theirs) == 2 and sum(bool(WORKER.fullmatch(n)) for n in theirs) == 1, theirs
+    src.close()
+    for name in theirs:
+        (profiles / name).unlink()

@@ -114,10 +114,9 @@ class VllmServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
+            with contextlib.suppress(OSError), urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
             time.sleep(0.5)
         raise RuntimeError(f"vLLM not ready after {START_TIMEOUT_S:g} s:\n{self.log_tail()}")
 
@@ -150,10 +149,8 @@ class VllmServer:
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
         with contextlib.suppress(subprocess.TimeoutExpired):
