@@ -220,6 +220,10 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         out = self._sweep_late()
         if not self._previous_stop_answered(out):
             return out
+        # A session of ours may still run (its stop failed or went unanswered): end it first.
+        if (self._maybe_active and time.monotonic() >= self._skip_until
+                and (ended := self._end_leftover_session()) is not None):
+            return [*out, *ended]
         if (late := self._late) is not None:
             if late.given_up:
                 self._skip("previous_flush_pending", "the previous window's trace files are still being written")
@@ -235,8 +239,6 @@ class ProfilingServerSource(SessionStops, SessionFiles):
             return [*out, refusal]
         if self._step_bounded():
             return [*out, *self._step_bounded_window(window_s, timeout_s)]
-        if self._maybe_active and (ended := self._end_leftover_session()) is not None:
-            return [*out, *ended]
 
         before = frozenset(self._list_traces())
         start_wall = time.time()
