@@ -83,13 +83,12 @@ def assert_rank_files(windows: list[CapturedWindow], stages: int = 1) -> None:
     [
         ("vllm_server.py", ["--family", "old"], {}, 1),
         ("vllm_server.py", ["--family", "config"], {}, 1),
-        ("vllm_server.py", ["--family", "v17"], {}, 1),
         ("sglang_server.py", ["--family", "0.4.2", "--env-dir", "{dir}"], {"profiler_dir_env": True}, 1),
         ("sglang_server.py", ["--family", "0.4.6"], {}, 1),
         ("sglang_server.py", ["--family", "0.5.0", "--busy"], {}, 2),
         ("sglang_server.py", ["--family", "0.5.0", "--profile-v2", "--busy"], {}, 2),
     ],
-    ids=["vllm-old", "vllm-config", "vllm-0.17", "sglang-0.4.2-env", "sglang-0.4.6", "sglang-0.5", "sglang-v2"],
+    ids=["vllm-old", "vllm-config", "sglang-0.4.2-env", "sglang-0.4.6", "sglang-0.5", "sglang-v2"],
 )
 @pytest.mark.slow
 def test_each_family_gives_one_window_per_rank(
@@ -188,16 +187,7 @@ def test_someone_elses_profile_is_left_alone(family: str, trace_dir: Path, tmp_p
     assert engine.alive()
 
 
-# -- 3. and 4. vLLM's file names ---------------------------------------------------------------
-
-
-def test_vllm_0_17_names_are_worker_traces(trace_dir: Path, launch: Launch) -> None:
-    engine = launch("vllm_server.py", "--family", "v17", "--dir", str(trace_dir))
-    src = VllmSource(engine.url, trace_dir, expected_files=2, **FAST)
-    windows = src.capture(0.1, 10)
-    base = {"dp_rank": "0", "pp_rank": "0", "dcp_rank": "0", "ep_rank": "0"}
-    assert [w.labels for w in windows] == [{**base, "tp_rank": "0", "rank": "0"}, {**base, "tp_rank": "1", "rank": "1"}]
-    assert_rank_files(windows)
+# -- 3. and 4. vLLM's file names (0.17+ and the real 0.32: tests/capture/test_vllm_real.py) --------------
 
 
 CPU_ONLY_SCRIPT = """
@@ -222,9 +212,8 @@ def front_end_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["config", "v17"])
 def test_vllm_front_end_cpu_trace_is_not_a_window(
-    family: str, trace_dir: Path, launch: Launch, front_end_trace: Path
+    trace_dir: Path, launch: Launch, front_end_trace: Path
 ) -> None:
     from warpwatch.config import Config
     from warpwatch.export import metricdefs as md
@@ -232,7 +221,7 @@ def test_vllm_front_end_cpu_trace_is_not_a_window(
 
     events = json.loads(gzip.decompress(front_end_trace.read_bytes()))["traceEvents"]
     assert events and not [e for e in events if e.get("cat") == "kernel"]  # really CPU only
-    engine = launch("vllm_server.py", "--family", family, "--dir", str(trace_dir),
+    engine = launch("vllm_server.py", "--family", "config", "--dir", str(trace_dir),
                     "--front-end-trace", str(front_end_trace))
     src = VllmSource(engine.url, trace_dir, delete_processed=True, **FAST)
     svc = Service(Config(source=("vllm:stand-in",), address="127.0.0.1", port=0, period=1.0, window=0.1,

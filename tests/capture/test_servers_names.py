@@ -230,4 +230,5 @@ def test_sglang_capture_overhead_counts_the_version_requests() -> None:
 
     s = SglangSource("http://h:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
     one = 3 * 10.0 + 1.0 + 2.0  # three attempts, pauses of 1 s and 2 s
-    assert capture_overhead_s(s) == 3 * one  # two GETs for the version, then the start
+    # two GETs for the version, then the start; and the wait for a stop that ends a session left open
+    assert capture_overhead_s(s) == 3 * one + 10.0

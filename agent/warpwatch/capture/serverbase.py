@@ -12,6 +12,13 @@ A window is:
    `flush_timeout_s` and by the service's `timeout_s`, whichever is shorter. What is still
    unfinished then is reported `timed_out`, and the session stays open as the late session.
 
+A start never follows a stop that has not been answered: the stop's answer is awaited in its own
+thread (`serverhttp.InFlight`, up to `late_timeout_s`) beyond the window, and while it is awaited
+no window opens (counted `previous_flush_pending`). vLLM queues requests to its profiler behind a
+flush (minutes with stacks on), so a start sent then would open a session after the flush that no
+window accounts for. A start that may have reached the server without an answer is ended at once
+(a stop, awaited the same way) and its files, if any, are the late session's.
+
 Expected failures never raise: `capture()` returns `CapturedWindow(path=None,
 outcome="failed" | "timed_out", error=...)`. After a failure to start or stop (profiling
 disabled, refused token, server unreachable or gone) the source backs off exponentially
@@ -36,8 +43,9 @@ from pathlib import Path
 from ..errors import CaptureError, ConfigError
 from . import CapturedWindow
 from .serverfiles import SessionFiles
-from .serverhttp import Reply, RequestFailed, ServerClient, reply_error
+from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
 from .serversession import Session
+from .serverstops import SessionStops
 
 log = logging.getLogger("warpwatch.capture.servers")
 
@@ -59,7 +67,7 @@ class ServerStats:
     files: dict[str, int] = field(default_factory=dict)
 
 
-class ProfilingServerSource(SessionFiles):
+class ProfilingServerSource(SessionStops, SessionFiles):
     """Shared machinery of `VllmSource` and `SglangSource` (see the module docstring)."""
 
     kind = "server"
@@ -132,6 +140,8 @@ class ProfilingServerSource(SessionFiles):
         self._unhealthy = False
         self._maybe_active = False
         """A start succeeded and its stop may not have: end that session before the next one."""
+        self._stop_call: InFlight | None = None
+        """The last stop sent, while its answer has not been dealt with."""
         self._late: Session | None = None
         self._recent: Session | None = None
         """The last session that finished: one more look for files that showed late."""
@@ -201,12 +211,19 @@ class ProfilingServerSource(SessionFiles):
         retries and their doubling pauses."""
         attempts = self.max_retries + 1
         one = attempts * self.request_timeout_s + self.retry_pause_s * (2**self.max_retries - 1)
-        return float((self._requests_before_start + 1) * one)
+        # plus the wait for a stop that ends a session an earlier window left open
+        return float((self._requests_before_start + 1) * one + self.request_timeout_s)
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         if self._closed.is_set():
             return []
         out = self._sweep_late()
+        if not self._previous_stop_answered(out):
+            return out
+        # A session of ours may still run (its stop failed or went unanswered): end it first.
+        if (self._maybe_active and time.monotonic() >= self._skip_until
+                and (ended := self._end_leftover_session()) is not None):
+            return [*out, *ended]
         if (late := self._late) is not None:
             if late.given_up:
                 self._skip("previous_flush_pending", "the previous window's trace files are still being written")
@@ -222,12 +239,15 @@ class ProfilingServerSource(SessionFiles):
             return [*out, refusal]
         if self._step_bounded():
             return [*out, *self._step_bounded_window(window_s, timeout_s)]
-        if self._maybe_active:
-            self._end_leftover_session()
 
         before = frozenset(self._list_traces())
         start_wall = time.time()
         if (failed := self._send_start()) is not None:
+            if self._maybe_active:
+                # The start may have been taken (no answer): end that session now, and await its
+                # files as the late session's, before any other start.
+                self._stop_in_background(time.monotonic() + self.request_timeout_s)
+                self._give_up(Session(before, start_wall, None, self._expected(), self.settle_quiet_s))
             return [*out, failed]
         started_us = time.time() * 1e6
 
@@ -319,39 +339,6 @@ class ProfilingServerSource(SessionFiles):
         if (reason := self._refusal_reason(reply)) is not None:
             return self._refuse(reason, f"POST /start_profile -> {error}")
         return self._fail_and_back_off(f"POST /start_profile -> {error}")
-
-    def _stop(self, budget: float, deadline: float) -> CapturedWindow | None:
-        """Send stop_profile, retries included, by `deadline` (the collection's: the window's
-        time after its stop is `budget` in all); a failed window when the window is lost."""
-        self._stop_answered = False
-        try:
-            reply = self._client.request("POST", "/stop_profile", self._stop_body(), budget, deadline)
-        except RequestFailed as exc:
-            if exc.timed_out:
-                # Still flushing: the files may yet appear; collect what is there.
-                log.info("%s: POST /stop_profile: %s (server still writing traces)", self.name, exc)
-                return None
-            return self._fail_and_back_off(f"server went away mid-window: POST /stop_profile: {exc}")
-        self._maybe_active = False
-        self._stop_answered = True
-        if error := reply_error(reply):
-            return self._fail_and_back_off(f"POST /stop_profile -> {error}")
-        return None
-
-    def _stop_quietly(self) -> None:
-        try:
-            self._client.request_once("POST", "/stop_profile", self._stop_body(), self.request_timeout_s)
-            self._maybe_active = False
-        except RequestFailed as exc:
-            log.warning("%s: POST /stop_profile at shutdown: %s", self.name, exc)
-
-    def _end_leftover_session(self) -> None:
-        log.info("%s: sending POST /stop_profile to end a session an earlier window left open", self.name)
-        try:
-            self._client.request_once("POST", "/stop_profile", self._stop_body(), self.request_timeout_s)
-        except RequestFailed as exc:
-            log.debug("%s: leftover stop_profile: %s", self.name, exc)
-        self._maybe_active = False
 
     def _fail_and_back_off(self, message: str, *, disabled: bool = False) -> CapturedWindow:
         delay = min(self.max_backoff_s, self.backoff_s * (2**self._failures))

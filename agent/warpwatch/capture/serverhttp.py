@@ -117,12 +117,13 @@ class ServerClient:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
     def request(self, method: str, path: str, body: bytes | None, timeout: float,
-                deadline: float | None = None) -> Reply:
+                deadline: float | None = None, *, wait_past_deadline: bool = False) -> Reply:
         """One request, retried while the attempts never reached the server; with a `deadline`
-        (a `time.monotonic()` time), no attempt waits past it and no retry starts after it."""
+        (a `time.monotonic()` time), no retry starts after it, and no attempt waits past it unless
+        `wait_past_deadline` (then each attempt waits for its answer up to `timeout`)."""
         attempt = 0
         while True:
-            left = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            left = timeout if deadline is None or wait_past_deadline else min(timeout, deadline - time.monotonic())
             try:
                 return self.request_once(method, path, body, max(left, 0.001))
             except RequestFailed as exc:
@@ -180,6 +181,40 @@ class ServerClient:
             ) from None
         except (OSError, http.client.HTTPException) as err:
             raise RequestFailed(_describe_oserror(err), delivered=True) from None
+
+
+class InFlight:
+    """One request awaited in its own thread, so that its answer is never given up on: a caller
+    waits for it a while (`wait`), and looks again later (`done`). A stop whose answer is not
+    awaited cannot tell when the server has ended the session (vLLM answers after its flush, which
+    can take minutes), and a start sent then is queued behind the flush and begins a session
+    nobody asked for at that time."""
+
+    def __init__(self, client: ServerClient, method: str, path: str, body: bytes | None,
+                 timeout: float, retry_deadline: float) -> None:
+        self.path = path
+        self.reply: Reply | None = None
+        self.error: RequestFailed | None = None
+        self._done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.reply = client.request(method, path, body, timeout, retry_deadline, wait_past_deadline=True)
+            except RequestFailed as exc:
+                self.error = exc
+            except Exception as exc:  # the thread must always report an end
+                self.error = RequestFailed(f"{type(exc).__name__}: {exc}", delivered=True)
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name=f"server-request {client.name} {path}", daemon=True).start()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the request has ended (answered or failed) within `timeout_s`."""
+        return self._done.wait(max(0.0, timeout_s))
+
+    def done(self) -> bool:
+        return self._done.is_set()
 
 
 def reply_error(reply: Reply) -> str | None:

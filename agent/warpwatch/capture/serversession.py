@@ -51,6 +51,8 @@ class Session:
     given_up: bool = False
     give_up_at: float = math.inf
     """Monotonic time after which a late session's unfinished files are abandoned."""
+    ended_at: float | None = None
+    """Monotonic time the server answered the stop of a given-up session (its files written)."""
 
     def poll(
         self, listing: Mapping[str, Path], is_worker: Callable[[str], bool]
@@ -92,7 +94,12 @@ class Session:
             return False
         if self.want is not None and len(self.handed) >= self.want:
             return True
-        quiet = bool(self.handed) and time.monotonic() - self.last_new >= self.quiet_s
+        now = time.monotonic()
+        if self.given_up and not self.handed and self.ended_at is not None:
+            # The server has ended it and written what it had: none after `quiet_s` is none at all
+            # (a start that never took effect).
+            return now - max(self.ended_at, self.last_new) >= self.quiet_s
+        quiet = bool(self.handed) and now - self.last_new >= self.quiet_s
         # A given-up session whose files have stopped coming is over even short of `want` (a rank
         # that never writes must not hold the next windows back for late_timeout_s).
         return quiet and (self.want is None or self.given_up)

@@ -17,6 +17,10 @@ replays them):
 - AsyncLLM (the API-server process, V1 engine) profiles itself as well, CPU only:
   `{host}_{pid}.async_llm.{time_ns}.pt.trace.json.gz` (`vllm/v1/engine/async_llm.py`). It has no
   GPU kernels: not a window (counted `cpu_only`), deleted with the rest.
+- v0.32 (run for real in tests/capture/test_vllm_real.py, CPU build): a start while a profile runs answers
+  409 (`AsyncLLM`'s session guard): someone else's profile, left alone (`profile_in_use`). Profiler
+  requests wait one behind the other (`_profile_lock`): a start sent while a stop flushes begins
+  after it (`serverstops`). A CPU worker names its file `rank{r}` alone.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from . import CapturedWindow
 from .serverbase import ProfilingServerSource
+from .serverhttp import Reply
 from .serversession import Session
 
 __all__ = ["VllmSource"]
@@ -73,6 +79,15 @@ class VllmSource(ProfilingServerSource):
             return labels
         r = _V1_RANK.search(worker) or _BARE_RANK.search(worker)
         return {"rank": r.group("rank")} if r else {"process": worker}
+
+    def _refusal_reason(self, reply: Reply) -> str | None:
+        return "profile_in_use" if reply.status == 409 else None
+
+    def _start_refused(self, reply: Reply, error: str) -> CapturedWindow:
+        if self._refusal_reason(reply) == "profile_in_use":
+            return self._refuse("profile_in_use", f"a profile is already running on the server, someone "
+                                f"else's (POST /start_profile -> {error}); not started, to leave it alone")
+        return super()._start_refused(reply, error)
 
     def _late_filter(self, session: Session) -> Callable[[str], bool] | None:
         # vLLM's names carry no session id, but each worker writes one file per session: once

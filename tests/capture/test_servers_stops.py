@@ -1,0 +1,120 @@
+"""No start after an unanswered stop, and no session of the agent's left unaccounted for: the fast
+version, against the threaded vLLM stand-in made to queue its profiler's requests one behind the
+other as vLLM 0.32 does (`AsyncLLM._profile_lock`). The same hazard on the real vLLM, where a
+stop with stacks takes a minute: tests/capture/test_vllm_real_stacks.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from support.engines.threaded import ALEXNET, Recorded, VllmStandIn
+from warpwatch.capture import CapturedWindow
+from warpwatch.capture.servers import VllmSource
+
+pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
+
+FAST = {"poll_interval_s": 0.05, "retry_pause_s": 0.05, "request_timeout_s": 0.5, "settle_quiet_s": 0.3,
+        "backoff_s": 0.2, "max_backoff_s": 0.2}
+
+
+@dataclass
+class QueuedStandIn(VllmStandIn):
+    """Profiler requests served one at a time, each holding the queue: a stop that ends a session
+    writes its files, then holds `stop_hold_s` (vLLM writes its key_averages table after the
+    trace); a start takes effect, then holds `start_hold_s` before its answer (each hold the first
+    time only)."""
+
+    stop_hold_s: float = 0.0
+    start_hold_s: float = 0.0
+    sessions: int = 0
+    _queue: threading.Lock = field(default_factory=threading.Lock)
+
+    def handle(self, rec: Recorded) -> tuple[int, str, bytes]:
+        with self._queue:
+            was_active = self.active
+            answer = super().handle(rec)
+            if rec.path == "/start_profile":
+                self.sessions += not was_active
+                time.sleep(self.start_hold_s)
+                self.start_hold_s = 0.0  # the first start only
+            elif rec.path == "/stop_profile" and was_active:
+                time.sleep(self.stop_hold_s)
+                self.stop_hold_s = 0.0
+            return answer
+
+
+@pytest.fixture
+def trace_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "profiles"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def server(trace_dir: Path) -> Iterator[QueuedStandIn]:
+    s = QueuedStandIn(trace_dir)
+    yield s
+    s.close()
+
+
+def rounds(src: VllmSource, seconds: float) -> list[CapturedWindow]:
+    out: list[CapturedWindow] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        out += src.capture(0.05, 5)
+        time.sleep(0.05)
+    return out
+
+
+def starts(server: QueuedStandIn) -> int:
+    return sum(r.path == "/start_profile" for r in server.requests)
+
+
+def test_no_start_while_a_stop_is_unanswered(server: QueuedStandIn, trace_dir: Path) -> None:
+    """The stop writes its files at once but answers 2 s later: the files are handed over as
+    late windows meanwhile, and no start is sent until the answer (until f2305fe, a start went
+    out once the files were in, queued behind the stop, and began a session nobody ended)."""
+    server.stop_hold_s = 2.0
+    src = VllmSource(server.url, trace_dir, delete_processed=True, flush_timeout_s=0.5, **FAST)
+    first = src.capture(0.05, 5)
+    assert [w.outcome for w in first] == ["timed_out", "timed_out"]  # no answer within flush_timeout_s
+    later = rounds(src, 1.5)
+    assert starts(server) == 1 and server.sessions == 1
+    assert src.server_stats().skipped.get("previous_flush_pending", 0) >= 1
+    handed = [w for w in later if w.path is not None]
+    assert sorted(w.labels["rank"] for w in handed) == ["0", "1"]  # late, while the stop is out
+    for w in handed:
+        w.done(True)
+    later = rounds(src, 1.5)  # the stop is answered: windows again
+    assert starts(server) >= 2 and [w.error for w in later if w.path is None] == []
+    assert server.sessions == starts(server)  # every start the server took began a session of ours
+
+
+def test_a_start_answered_too_late_is_ended_at_once_and_its_files_collected(
+    server: QueuedStandIn, trace_dir: Path
+) -> None:
+    """The start takes effect but answers after the agent's 0.5 s request time-out: the agent stops
+    that session right away (it may be running, and only the agent knows of it), reads its files
+    as late ones, and starts nothing more until the stop is answered."""
+    server.start_hold_s = 1.0
+    src = VllmSource(server.url, trace_dir, delete_processed=True, flush_timeout_s=2.0, **FAST)
+    (w,) = src.capture(0.05, 5)
+    assert w.outcome == "failed" and w.error is not None and "did not answer" in w.error
+    got = rounds(src, 2.0)
+    paths = [r.path for r in server.requests]
+    assert paths[:2] == ["/start_profile", "/stop_profile"], paths
+    late = [x for x in got if x.path is not None and x.requested is None]
+    assert sorted(x.labels["rank"] for x in late) == ["0", "1"], [x.error for x in got]
+    for x in late:
+        x.done(True)
+        assert x.path is not None and not x.path.exists()
+    assert src.server_stats().files.get("late") == 2
+    assert server.sessions == starts(server)  # every start the server took began a session of ours
+    assert [x.error for x in got if x.path is None] == []  # later windows: no failure
