@@ -7,7 +7,7 @@
  *   busy_time(intervals, w, max_overlap) -> (busy, truncated) | None
  *
  * None: an input the C code does not take (a time that is not a float, a non-finite one): then
- * analysis.py runs the Python loop.
+ * analysis/windowmath.py runs the Python loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,5 +1,5 @@
 """Physical bounds of one window's estimates, and what the trace itself shows (docs/metrics.md,
-"Physical bounds, and what the trace itself shows"). Pure math, like `analysis`, which uses it.
+"Physical bounds, and what the trace itself shows"). Pure math, like `window`, which uses it.
 
 The sampling-window weights h = W / (W - d) make window sums unbiased over many windows, but one
 window's estimate can leave what is possible: five 117 ms kernels back to back on one stream in

@@ -1,5 +1,5 @@
 """The per-launch loops of the window statistics: launches grouped with their sampling weights,
-and the busy-time estimator. Pure math, like `analysis` (which uses them); each runs in C where
+and the busy-time estimator. Pure math, like `window` (which uses them); each runs in C where
 `_windowmath.c`, their compiled twin, is built (the same operations in the same order, so the same
 floats: tests/analysis/test_windowmath.py), else in Python as written here."""
 

@@ -1,5 +1,5 @@
 """One window's per-kernel and per-device statistics from the grouped launches (spec "Per capture
-window"), brought within what the trace proves possible (`windowbounds`). Pure math: `analysis`
+window"), brought within what the trace proves possible (`windowbounds`). Pure math: `window`
 feeds it the groups of `windowmath.group_launches` with each group's metrics."""
 
 from __future__ import annotations

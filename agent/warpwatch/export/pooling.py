@@ -1,7 +1,7 @@
 """Pooling: one round's window analyses -> per-GPU sums (for counters) and merged statistics (for
 the last-window gauges), and the stable top-K that decides which kernels keep their own label.
 
-Pure math over the analysis types, like `analysis` (no prometheus_client, no I/O); `export` turns
+Pure math over the analysis types, like `analysis/` (no prometheus_client, no I/O); `builder` turns
 what it returns into samples. docs/metrics.md, "Aggregation over time and across pods", is the
 contract.
 

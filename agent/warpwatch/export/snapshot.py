@@ -1,7 +1,7 @@
 """The immutable `Snapshot` a scrape exposes, and the prometheus_client collector over it.
 
 This is the scrape path: `SnapshotCollector.collect` only walks the current snapshot (families,
-names, help and labels from `metricdefs`); it never parses or computes. `export.SnapshotBuilder`
+names, help and labels from `metricdefs`); it never parses or computes. `builder.SnapshotBuilder`
 (the round path) builds the snapshots.
 """
 

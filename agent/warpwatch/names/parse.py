@@ -4,7 +4,7 @@
 template arguments, parameter lists and lambdas (`{lambda(float)#1}`) become a tree; whatever else
 is kept as text. It never fails, is linear in the text's length, and keeps nesting deeper than
 `MAX_DEPTH` as text. `render_qname` writes a tree back, whole or shortened (`Style`). Demangling
-is `cppdemangle`'s.
+is `demangle`'s.
 """
 
 from __future__ import annotations
