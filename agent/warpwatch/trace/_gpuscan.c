@@ -31,7 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_gpuscan_json.h" /* the JSON primitives: lexing, values, byte search */
+#include "_gpuscan_json.h"      /* the JSON primitives: lexing, values, byte search */
+#include "_gpuscan_structure.h" /* balanced(): is a piece a run of whole values (structure.py) */
 
 /* --- one event ------------------------------------------------------------------------------ */
 
@@ -393,6 +394,8 @@ fail:
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buf, end, launch_type, names, dims) -> (launches, correlations, span, lo, hi) | None"},
+    {"balanced", (PyCFunction)(void (*)(void))balanced, METH_FASTCALL,
+     "balanced(buf, lo, hi) -> bool: buf[lo:hi] a run of whole JSON values (see structure.py)"},
     {NULL, NULL, 0, NULL},
 };
 
