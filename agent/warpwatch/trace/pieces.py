@@ -44,8 +44,8 @@ from .messages import not_json
 from .repair import repairable, sanitize
 from .schema import DOC, DOC_FAST, HIP_MARK, PART, PART_FAST, Event, Header, Interned, scan
 from .skim import BETWEEN_EVENTS, skim_scan
-from .structure import balanced
 from .streams import Stream
+from .structure import balanced
 
 SEARCH_BYTES = 256 * 1024
 """How far past its target size a piece may run to find a cut."""
