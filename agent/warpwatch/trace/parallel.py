@@ -170,7 +170,7 @@ def _cuts(source: Source, piece: int, indent: bytes | None = None, *,
     targets = [first, *range(first + piece, size - EDGE_BYTES - piece // 4, piece), size - EDGE_BYTES]
     bounds = [0]
     for target in targets:
-        if target <= bounds[-1]:
+        if target <= bounds[-1] or target >= size:  # (a document smaller than its edges: no cut there)
             continue
         cut = _find_cut(source, target, indent, structural)
         if cut is not None and cut[1] < size:
