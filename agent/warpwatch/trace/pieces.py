@@ -193,9 +193,9 @@ class _Reader:
         left (the document is all read) is the tail."""
         edge = min(EDGE_BYTES, self.piece)
         target = edge if self.pieces == 0 else self.piece
-        if self.eof:  # leave a tail of about `edge`
-            target = min(target, len(self.buf) - edge)
         at = max(0, target - SEARCH_BYTES)
+        if self.eof and len(self.buf) - edge < target:  # leave a tail of about `edge`: one piece up to
+            at = max(0, len(self.buf) - edge)  # there (from SEARCH_BYTES before it, one event at a time)
         form = _ANY if self.structural else _INDENTED if self.skimming else _NEWLINE
         wrong: str | None = None  # how the last wrong cut failed to decode (for the error)
         tries = 0
