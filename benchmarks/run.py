@@ -361,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/run.py" + (" --sizes" if args.sizes else "")
     if not args.traces and args.repeat != 5:
         command += f" --repeat {args.repeat}"
+    if args.baseline is not None:
+        command += f" --baseline {args.baseline.name}"
+    if args.only:
+        command += f" --only {' '.join(args.only)}"
     header = (
         f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}, the runs interleaved."
         + ("" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran the analyze module directly.)")
