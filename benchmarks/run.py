@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", action="store_true", help="also the 50 MB, 500 MB and 1 GB traces (built if missing)")
     p.add_argument("--repeat", type=int, default=5, help="runs per reader and trace (HTA: 1)")
     p.add_argument("--only", nargs="*", help="reader keys (warpwatch warpwatch-pure warpwatch-api warpwatch-1proc "
-                   "msgspec orjson hta; base base-pure with --baseline)")
+                   "msgspec orjson hta; base base-pure with --baseline); trace files go before it")
     p.add_argument("--baseline", type=Path, help="another checkout whose warpwatch runs beside this one")
     p.add_argument("--no-readme", action="store_true", help="print the tables, leave README.md alone")
     args = p.parse_args(argv)

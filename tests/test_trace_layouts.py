@@ -47,7 +47,7 @@ def _texts(path: Path) -> list[bytes]:
 
 
 def is_one_line(text: bytes) -> bool:
-    """No newline between the first two events (the reader's own test is the same: `pieces.head`)."""
+    """No newline before the first event nor between it and the next (`pieces.head` looks before it)."""
     at = text.find(b'"traceEvents"')
     start = text.index(b"[", at if at >= 0 else 0) + 1
     first = text.find(b"{", start)
