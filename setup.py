@@ -23,7 +23,8 @@ def extension(name: str, source: str, headers: tuple[str, ...] = ()) -> Extensio
 setup(
     ext_modules=[
         extension("warpwatch.trace._gpuscan", "agent/warpwatch/trace/_gpuscan.c",
-                  ("agent/warpwatch/trace/_gpuscan_json.h",)),
+                  ("agent/warpwatch/trace/_gpuscan_json.h", "agent/warpwatch/trace/_gpuscan_structure.h",
+                   "agent/warpwatch/trace/_gpuscan_event.h")),
         extension("warpwatch.analysis._windowmath", "agent/warpwatch/analysis/_windowmath.c"),
     ]
 )

@@ -10,11 +10,17 @@ schemaVersion...) are copied once. Output goes to benchmarks/data/ (git-ignored)
     python benchmarks/gen_traces.py                      # the reference file + 50 MB, 500 MB, 1 GB
     python benchmarks/gen_traces.py --sizes 50MB 2GB     # other sizes
     python benchmarks/gen_traces.py --reference-only     # only the reference file
+    python benchmarks/gen_traces.py --reference-only --one-line --gzip   # + its one-line twin, + .gz of each
 
 The reference file (`reference_df_index_resolver_x10.json`) is HTA's df_index_resolver trace
 (8 x V100 training, 216,092 events, 19,370 kernels) replicated exactly 10 times: 2,160,920
 events, 193,700 kernels, about 470 MB. The sized files use the same source, replicated until
 the requested size is reached (`--source` picks another trace).
+
+Two layouts of the same document: the files above have one event per line, as Kineto's own writer
+does; `--one-line` also writes each file's twin `NAME.oneline.json`, the whole document on one line
+as `json.dump` writes it (`, ` and `: ` separators: what tools that re-save or merge traces write,
+and how TraceLens publishes its production traces). The twin decodes to the same JSON value.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ HTA_DATA = SHARED / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
 REFERENCE_SOURCE = HTA_DATA / "df_index_resolver" / "df_index_resolver.json.gz"
 REFERENCE_NAME = "reference_df_index_resolver_x10.json"
 REFERENCE_COPIES = 10
+ONE_LINE_SUFFIX = ".oneline.json"
 DATA = HERE / "data"
 DEFAULT_SIZES = ("50MB", "500MB", "1GB")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -134,6 +141,31 @@ def write_replicated(source: Path, out: Path, *, copies: int | None = None, size
     }
 
 
+def one_line_name(path: Path) -> Path:
+    """NAME.json -> NAME.oneline.json"""
+    return path.with_name(path.name.removesuffix(".json") + ONE_LINE_SUFFIX)
+
+
+def write_one_line(source: Path, out: Path) -> int:
+    """Write the one-line twin of a file written by `write_replicated` (every event, the head and
+    the end on lines of their own), streamed a line at a time: the lines stripped and joined as
+    `json.dump` joins them (`, ` after a comma); returns the bytes written."""
+    tmp = out.with_name(out.name + ".tmp")
+    written = 0
+    with open(source, "rb") as src, open(tmp, "wb") as dst:
+        after_comma = False
+        for raw in src:
+            line = raw.strip()
+            if not line:
+                continue
+            data = (b" " if after_comma else b"") + line
+            dst.write(data)
+            written += len(data)
+            after_comma = line.endswith(b",")
+    os.replace(tmp, out)
+    return written
+
+
 def _span_event(template: dict[str, Any] | None, ts: float, dur: float) -> dict[str, Any]:
     ev = dict(template) if template else {
         "ph": "X", "cat": "Trace", "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)",
@@ -150,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, default=REFERENCE_SOURCE, help="the trace to replicate for sized files")
     p.add_argument("--out", type=Path, default=DATA, help="output folder (default benchmarks/data)")
     p.add_argument("--reference-only", action="store_true", help="only the reference file")
-    p.add_argument("--gzip", action="store_true", help="also write a .json.gz of each file")
+    p.add_argument("--one-line", action="store_true", help="also write each file's one-line twin (NAME.oneline.json)")
+    p.add_argument("--gzip", action="store_true", help="also write a .json.gz of each file (and of each twin)")
     p.add_argument("--force", action="store_true", help="rebuild files that exist")
     args = p.parse_args(argv)
     jobs: list[tuple[Path, dict[str, Any]]] = [(args.out / REFERENCE_NAME, {"copies": REFERENCE_COPIES})]
@@ -169,10 +202,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"wrote {path} ({info['bytes'] / 1e6:.0f} MB, {info['copies']} copies, "
                 f"{info['events']:,} events, {info['kernels']:,} kernels)"
             )
-        if args.gzip:
-            gz = path.with_name(path.name + ".gz")
+        outputs = [path]
+        if args.one_line:
+            twin = one_line_name(path)
+            outputs.append(twin)
+            if not twin.exists() or args.force:
+                print(f"wrote {twin} ({write_one_line(path, twin) / 1e6:.0f} MB, the same document on one line)")
+        for plain in outputs if args.gzip else []:
+            gz = plain.with_name(plain.name + ".gz")
             if not gz.exists() or args.force:
-                with open(path, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+                with open(plain, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
                     while chunk := src.read(1 << 24):
                         dst.write(chunk)
                 print(f"wrote {gz} ({gz.stat().st_size / 1e6:.0f} MB)")

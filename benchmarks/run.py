@@ -16,12 +16,20 @@ Readers (see readers.py):
 
 HTA and orjson are not project dependencies: they are installed into benchmarks/.venv-hta,
 which this script creates (`pip install holistictraceanalysis orjson`). Traces come from
-gen_traces.py (run on demand): the reference file (HTA's df_index_resolver trace x 10) and,
-with `--sizes`, the 50 MB / 500 MB / 1 GB files.
+gen_traces.py (run on demand): the reference file (HTA's df_index_resolver trace x 10) in both
+layouts (one event per line, as Kineto writes it, and its one-line twin, as `json.dump` writes
+it), each plain and gzip-compressed; with `--sizes`, also the 50 MB / 500 MB / 1 GB files.
 
-    python benchmarks/run.py                   # reference file, 5 runs each (HTA: 1)
+The runs are interleaved: round after round, every reader once on every trace, so that a change
+in the machine's load between rounds (it is shared) falls on all of them alike; ratios against
+the msgspec floor of the same trace are the figure. A summary table puts the layouts side by
+side. `--baseline DIR` adds `warpwatch analyze` from another checkout (built in place:
+`python setup.py build_ext --inplace` there) as readers of their own, for before/after figures.
+
+    python benchmarks/run.py                   # the reference file x 2 layouts x plain/gzip, 5 runs each (HTA: 1)
     python benchmarks/run.py --sizes           # also 50 MB, 500 MB and 1 GB
     python benchmarks/run.py --no-readme TRACE...
+    python benchmarks/run.py --baseline ../old-checkout --only warpwatch base msgspec
 """
 
 from __future__ import annotations
@@ -74,10 +82,16 @@ class Result:
     error: str = ""
 
 
-def readers(python: Path, cli_ok: bool) -> list[Reader]:
+def readers(python: Path, cli_ok: bool, baseline: Path | None = None) -> list[Reader]:
     script = str(HERE / "readers.py")
     cli = ["-m", "warpwatch", "analyze", "--format", "json"] if cli_ok else [script, "warpwatch-report"]
-    return [
+    base: list[Reader] = []
+    if baseline is not None:
+        agent = {"PYTHONPATH": str(baseline.resolve() / "agent")}
+        base = [Reader("base", f"warpwatch analyze --format json at {baseline.name}", python, cli, env=agent),
+                Reader("base-pure", f"the same at {baseline.name}, pure Python", python, cli,
+                       env={**agent, "WARPWATCH_PURE_PYTHON": "1"})]
+    return [*base,
         Reader("warpwatch", "warpwatch analyze --format json", python, cli),
         Reader("warpwatch-pure", "warpwatch analyze --format json, pure Python (no compiled module)", python, cli,
                env={"WARPWATCH_PURE_PYTHON": "1"}),
@@ -180,7 +194,7 @@ def run_once(reader: Reader, trace: Path, *, memory: bool) -> tuple[float, float
 
 def summary_of(reader: Reader, out: str) -> str:
     """What the reader found (kernels...), to check that the readers agree."""
-    if reader.key in ("warpwatch", "warpwatch-pure") and out.lstrip().startswith("{\"traces"):
+    if reader.key in ("warpwatch", "warpwatch-pure", "base", "base-pure") and out.lstrip().startswith("{\"traces"):
         try:
             doc = json.loads(out)
             return f"{doc['traces'][0]['launch_count']:,} kernels"
@@ -253,22 +267,64 @@ def table(trace: Path, results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def layout_of(trace: Path) -> str:
+    """'one event per line' or 'one line': is there a newline between the first two events?"""
+    import gzip
+
+    opener = gzip.open if trace.name.endswith(".gz") else open
+    with opener(trace, "rb") as fh:
+        start = fh.read(4 * 1024**2)
+    key = start.find(b'"traceEvents"')
+    cut = re.search(rb"\}\s*,\s*\{", start[max(key, 0):])
+    return "one event per line" if cut and b"\n" in cut.group() else "one line"
+
+
+SUMMARY_KEYS = ("warpwatch", "warpwatch-pure", "base", "base-pure", "hta")
+
+
+def summary(traces: list[Path], sections: list[list[Result]]) -> str:
+    """The layouts side by side: per trace, warpwatch (and the others) against the floor of that trace."""
+    present = [k for k in SUMMARY_KEYS if any(r.reader.key == k and r.walls for rs in sections for r in rs)]
+    labels = {r.reader.key: r.reader.label for rs in sections for r in rs}
+    head = "| trace | layout | gzip | msgspec floor, best | " + " | ".join(
+        f"{labels[k]}: best, vs floor, peak PSS" for k in present) + " |"
+    lines = [head, "|---|---|---|--:|" + "--:|" * len(present)]
+    for trace, results in zip(traces, sections, strict=True):
+        by_key = {r.reader.key: r for r in results}
+        floor = by_key.get("msgspec")
+        base = min(floor.walls) if floor and floor.walls else None
+        cells = [trace.name, layout_of(trace), "yes" if trace.name.endswith(".gz") else "no",
+                 f"{base:.2f} s" if base else "-"]
+        for k in present:
+            r = by_key.get(k)
+            if r is None or not r.walls:
+                cells.append("-" if r is None else "failed")
+                continue
+            ratio = f"**{min(r.walls) / base:.2f}x**" if base else "-"
+            cells.append(f"{min(r.walls):.2f} s, {ratio}, {fmt_mb(r.pss_kb)}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("traces", nargs="*", type=Path, help="trace files (default: the reference file)")
+    p.add_argument("traces", nargs="*", type=Path, help="trace files (default: the reference file, both layouts)")
     p.add_argument("--sizes", action="store_true", help="also the 50 MB, 500 MB and 1 GB traces (built if missing)")
     p.add_argument("--repeat", type=int, default=5, help="runs per reader and trace (HTA: 1)")
-    p.add_argument("--only", nargs="*",
-                   help="reader keys (warpwatch warpwatch-pure warpwatch-api warpwatch-1proc msgspec orjson hta)")
+    p.add_argument("--only", nargs="*", help="reader keys (warpwatch warpwatch-pure warpwatch-api warpwatch-1proc "
+                   "msgspec orjson hta; base base-pure with --baseline); trace files go before it")
+    p.add_argument("--baseline", type=Path, help="another checkout whose warpwatch runs beside this one")
     p.add_argument("--no-readme", action="store_true", help="print the tables, leave README.md alone")
     args = p.parse_args(argv)
 
     traces: list[Path] = list(args.traces)
     if not traces:
-        gen_args = ["--reference-only"] if not args.sizes else []
-        gen_traces.main(gen_args)
-        traces = [gen_traces.DATA / gen_traces.REFERENCE_NAME]
+        gen_traces.main(["--reference-only", "--one-line", "--gzip"])
+        ref = gen_traces.DATA / gen_traces.REFERENCE_NAME
+        twin = gen_traces.one_line_name(ref)
+        traces = [ref, twin, ref.with_name(ref.name + ".gz"), twin.with_name(twin.name + ".gz")]
         if args.sizes:
+            gen_traces.main([])
             traces += sorted(
                 (q for q in gen_traces.DATA.glob("*_*B.json") if q.name != gen_traces.REFERENCE_NAME),
                 key=lambda q: q.stat().st_size,
@@ -277,41 +333,45 @@ def main(argv: list[str] | None = None) -> int:
     if venv_problem:
         print(f"HTA/orjson unavailable: {venv_problem}", file=sys.stderr)
     cli_ok = cli_works(PROJECT_PY)
-    chosen = [r for r in readers(PROJECT_PY, cli_ok) if not args.only or r.key in args.only]
-    sections = []
+    chosen = [r for r in readers(PROJECT_PY, cli_ok, args.baseline) if not args.only or r.key in args.only]
+    sections = [[Result(reader) for reader in chosen] for _ in traces]
     for trace in traces:
         os.system(f"cat {trace} > /dev/null")  # page cache: every reader starts from the same warm file
-        results = []
-        for reader in chosen:
-            result = Result(reader)
-            if reader.python == BENCH_PY and venv_problem:
-                result.error = venv_problem
-                results.append(result)
-                continue
-            n = min(args.repeat, reader.repeat_cap or args.repeat)
-            for i in range(n + 1):  # run 0 measures memory only (see run_once)
+    # Round 0 measures memory only (see run_once); then each round runs every reader once on every trace.
+    for i in range(args.repeat + 1):
+        for trace, results in zip(traces, sections, strict=True):
+            for result in results:
+                reader = result.reader
+                if reader.python == BENCH_PY and venv_problem:
+                    result.error = venv_problem
+                if result.error or i > max(1, min(args.repeat, reader.repeat_cap or args.repeat)):
+                    continue
                 wall, cpu, rss, pss, out, err = run_once(reader, trace, memory=i == 0)
                 if err:
                     result.error = err
-                    break
-                if i > 0 or n == 0:
+                    continue
+                if i > 0:
                     result.walls.append(wall)
                     result.cpus.append(cpu)
                 result.rss_kb = max(result.rss_kb, rss)
                 result.pss_kb = max(result.pss_kb, pss)
                 result.output = summary_of(reader, out)
-            print(f"{trace.name}: {reader.label}: {[round(w, 2) for w in result.walls]} {result.error}", flush=True)
-            results.append(result)
-        sections.append(table(trace, results))
+                print(f"round {i}: {trace.name}: {reader.label}: {wall:.2f} s", flush=True)
 
     command = "python benchmarks/run.py" + (" --sizes" if args.sizes else "")
     if not args.traces and args.repeat != 5:
         command += f" --repeat {args.repeat}"
+    if args.baseline is not None:
+        command += f" --baseline {args.baseline.name}"
+    if args.only:
+        command += f" --only {' '.join(args.only)}"
     header = (
-        f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}."
+        f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}, the runs interleaved."
         + ("" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran the analyze module directly.)")
     )
-    body = "\n\n".join([header, *sections])
+    body = "\n\n".join([header, "**The layouts side by side** (each reader against the msgspec floor of the same "
+                        "file, best wall times; peak PSS of the process tree):", summary(traces, sections),
+                        *(table(t, rs) for t, rs in zip(traces, sections, strict=True))])
     print(body)
     if not args.no_readme:
         text = README.read_text() if README.exists() else f"# Benchmarks\n\n{START}\n{END}\n"

@@ -1,4 +1,4 @@
-"""The compiled loops of the analysis (`warpwatch/_windowmath.c`) against their Python definitions.
+"""The compiled loops of the analysis (`warpwatch/analysis/_windowmath.c`) against their Python definitions.
 
 They must give the same floats, bit for bit: the comparisons here are of `repr`s, on random
 launches built to hit every branch (launches outside the window, d = 0, d >= W, one to six

@@ -8,7 +8,9 @@ reader's answer, or a clean TraceError, and nothing else.
   outside the GPU events, which skimming does not notice), the Python skim's answer;
 - the whole read path (`parse_trace`, in pieces small enough that the middle ones are skimmed) of
   a document holding them gives the same Trace, or a TraceError of the same kind, with the
-  compiled scanner and without it (WARPWATCH_PURE_PYTHON's path); never another exception.
+  compiled scanner and without it (WARPWATCH_PURE_PYTHON's path); never another exception. The
+  document is read in both layouts, Kineto's (one event per line) and one line (`json.dump`'s,
+  cut by structure); where both give a Trace, it is the same.
 
 benchmarks/fuzz_trace.py runs it coverage-guided (atheris); tests/trace/test_trace_fuzzing.py runs that
 briefly and replays the kept findings. `SEEDS` are pieces of the real traces in ../shared/traces
@@ -114,6 +116,12 @@ def document(text: bytes) -> bytes:
     return b'{"schemaVersion": 1, "traceEvents": [\n  ' + text + b"\n]}"
 
 
+def document_one_line(text: bytes) -> bytes:
+    """The same trace on one line, as `json.dump` writes it: `}, {` between the events (the
+    other newlines of an edited input stay where they are; the reader cuts by structure)."""
+    return b'{"schemaVersion": 1, "traceEvents": [' + text.replace(b"},\n  {", b"}, {") + b"]}"
+
+
 def read_outcome(doc: bytes) -> str:
     """The Trace read from `doc` (its repr), or the kind of its TraceError."""
     try:
@@ -125,8 +133,17 @@ def read_outcome(doc: bytes) -> str:
 
 
 def check_document(text: bytes) -> str:
-    """Both builds read the document of `text` alike; returns the outcome."""
-    doc = document(text)
+    """Both builds read the document of `text` alike, in both layouts (Kineto's, one event per
+    line, and one line); a Trace read from both layouts is the same Trace. Returns the outcome
+    of Kineto's layout."""
+    outcomes = [_both_builds(layout(text)) for layout in (document, document_one_line)]
+    line, one_line = outcomes
+    if not line.startswith("TraceError") and not one_line.startswith("TraceError"):
+        assert line == one_line, ("the two layouts read differently", line[:300], one_line[:300])
+    return line
+
+
+def _both_builds(doc: bytes) -> str:
     with small_pieces():
         compiled = read_outcome(doc) if _native is not None else None
         saved = skim.NATIVE
@@ -173,6 +190,10 @@ def seeds(max_bytes: int = 6_000) -> list[bytes]:
                 size += len(e) + 4
             if run:
                 out.append(b",\n  ".join(run))
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))  # where test_gpuscan is
     import test_gpuscan as edits  # (its module-level cases: imported here, after this module)
 
     out += [edits.piece(e) for e in edits.ANSWERED + edits.REFUSED + edits.NESTED]

@@ -21,7 +21,7 @@ import pytest
 from support.paths import ROOT
 
 SOURCES = {"_gpuscan": (ROOT / "agent/warpwatch/trace/_gpuscan.c", []),
-           "_windowmath": (ROOT / "agent/warpwatch/_windowmath.c", []),
+           "_windowmath": (ROOT / "agent/warpwatch/analysis/_windowmath.c", []),
            "_gpuscan_plain": (ROOT / "agent/warpwatch/trace/_gpuscan.c", ["-DWARPWATCH_NO_SIMD"])}
 
 

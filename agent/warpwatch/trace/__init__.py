@@ -9,6 +9,8 @@ Reading is split from parsing, and both from what is kept:
 - `streams`: a document's decompressed text, a bounded read at a time (plain, gzip, bytes);
 - `pieces`: the piece reader: a document cut into bounded pieces, each decoded strictly and
   dropped before the next;
+- `structure`: the proof of a cut in a document written on one line (its pieces balance: no
+  bracket outside strings closes what they did not open), compiled in `_gpuscan_structure.h`;
 - `repair`: Kineto's invalid JSON (bare inf/nan, raw control characters) made valid, only in a
   piece whose decode stopped at it;
 - `document`: what the pieces add up to (launches, span, hip calls), under the launch cap;

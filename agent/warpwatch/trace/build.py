@@ -21,8 +21,8 @@ from . import parallel
 from .devices import device_properties
 from .document import Document
 from .pieces import read_document
-from .schema import dims, is_int
 from .streams import BytesStream, FileStream
+from .values import dims, is_int
 
 
 def read_trace(

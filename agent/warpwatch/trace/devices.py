@@ -12,7 +12,7 @@ import msgspec
 
 from ..errors import TraceError
 from ..model import DeviceProperties
-from .schema import is_int
+from .values import is_int
 
 _PROP_FIELDS: dict[str, str] = {
     "computeMajor": "compute_major",

@@ -7,6 +7,12 @@ the next piece from a pipe when it is free. Children send each piece's result (m
 soon as it is ready. Any piece that does not decode as whole events, or any other surprise,
 returns None: the caller then reads the document piece by piece in one process (`pieces`),
 which handles every case and reports every error.
+
+Cuts: where events start lines of their own, at a newline and the first event's indentation
+(skimmable, `pieces`); in a document written on one line, at any `}, {`, each middle piece then
+skimmed only when `structure.balanced` proves it ends between two events, given that it starts
+between two (which the head's decode proves of the first cut, and each piece of the next); a
+piece that is not balanced is decoded strictly, and a wrong cut fails that decode.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .document import Collector, Document, Restart, has_amd_device
 from .messages import over_budget, too_large
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
 from .skim import BETWEEN_EVENTS, skim_scan
+from .structure import balanced
 
 PARALLEL_MIN_BYTES = 32 * 1024**2
 """Documents at least this large are decoded by several processes when `workers` allows."""
@@ -104,7 +111,8 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
     if workers <= 1 or not _looks_like_a_trace(source):
         return None
     indent = _indent(source)
-    ranges = _cuts(source, limits.piece_bytes, indent)
+    structural = indent is None  # events not each on a line of their own (one line, as json.dump writes)
+    ranges = _cuts(source, limits.piece_bytes, indent, structural=structural)
     if ranges is None:
         return None
     (head_lo, head_hi), *middle, (tail_lo, tail_hi) = ranges
@@ -119,7 +127,7 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
             last = scan(tail_events, False, interned, hip=amd or HIP_MARK in bytes(source.window(tail_lo, tail_hi)))
             hip = amd
             scanned = _scan_parallel(source, path, middle, workers, limits, len(first.launches), interned, hip,
-                                     skimming=indent is not None)
+                                     skimming=indent is not None or structural, structural=structural)
             if scanned is None:
                 return None
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, _Irregular):
@@ -150,19 +158,21 @@ def _looks_like_a_trace(source: Source) -> bool:
     return lead == b"[" or (lead == b"{" and b'"traceEvents"' in start)
 
 
-def _cuts(source: Source, piece: int, indent: bytes | None = None) -> list[tuple[int, int]] | None:
+def _cuts(source: Source, piece: int, indent: bytes | None = None, *,
+          structural: bool = False) -> list[tuple[int, int]] | None:
     """Byte ranges (start, end) that tile the document: the head (up to the first cut between
     two events), pieces of about `piece` bytes, and the tail (the last 64 KiB or so). With
-    `indent`, cuts start a line with that indentation (which makes pieces skimmable)."""
+    `indent`, cuts start a line with that indentation (which makes pieces skimmable); when
+    `structural`, any `}, {` is a cut (each proven by its piece, module doc)."""
     size = source.size
     key = re.search(rb'"traceEvents"', source.window(0, min(size, 4 * 1024**2)))
     first = (key.start() if key else 0) + EDGE_BYTES
     targets = [first, *range(first + piece, size - EDGE_BYTES - piece // 4, piece), size - EDGE_BYTES]
     bounds = [0]
     for target in targets:
-        if target <= bounds[-1]:
+        if target <= bounds[-1] or target >= size:  # (a document smaller than its edges: no cut there)
             continue
-        cut = _find_cut(source, target, indent)
+        cut = _find_cut(source, target, indent, structural)
         if cut is not None and cut[1] < size:
             bounds.extend(cut)
     bounds.append(size)
@@ -171,14 +181,15 @@ def _cuts(source: Source, piece: int, indent: bytes | None = None) -> list[tuple
     return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
-def _find_cut(source: Source, target: int, indent: bytes | None) -> tuple[int, int] | None:
+def _find_cut(source: Source, target: int, indent: bytes | None, structural: bool = False) -> tuple[int, int] | None:
     """The first cut with a newline in it (never inside a JSON string) after `target`; with
-    `indent`, one whose next event starts a line with that indentation."""
+    `indent`, one whose next event starts a line with that indentation; when `structural`, the
+    first cut."""
     window = source.window(target, min(source.size, target + _SEARCH_BYTES))
     indented = None if indent is None else b"\n" + indent + b"{"
     for m in BETWEEN_EVENTS.finditer(window):
         text = m.group()
-        if b"\n" in text and (indented is None or text.endswith(indented)):
+        if structural or (b"\n" in text and (indented is None or text.endswith(indented))):
             return target + m.start() + 1, target + m.end() - 1
     return None
 
@@ -205,16 +216,17 @@ def _decode_edge(source: Source, lo: int, hi: int, *, at_start: bool) -> tuple[A
 
 
 def _scan_range(source: Source, lo: int, hi: int, buf: bytearray, interned: Interned, hip: bool,
-                skimming: bool = False) -> Scanned:
+                skimming: bool = False, structural: bool = False) -> Scanned:
     """Decode one piece (a run of whole events) and keep what the Trace needs from it; only its
-    GPU events when `skimming` (`skim`; the whole piece when they cannot be told apart)."""
+    GPU events when `skimming` (`skim`; the whole piece when they cannot be told apart), and when
+    `structural` only if the piece is balanced (module doc)."""
     n = hi - lo
     if len(buf) < n + 2:
         buf.extend(bytes(n + 2 - len(buf)))
     buf[0] = ord("[")
     source.fill(buf, 1, lo, hi)
     buf[n + 1] = ord("]")
-    if skimming:
+    if skimming and (not structural or balanced(buf, 1, n + 1)):
         scanned = skim_scan(buf, n + 1, interned, amd=hip)
         if scanned is not None:
             return scanned
@@ -243,7 +255,7 @@ class _Cap:
 
 def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]], workers: int,
                    limits: ReadLimits, already: int, interned: Interned, hip: bool, *,
-                   skimming: bool) -> list[Scanned] | None:
+                   skimming: bool, structural: bool = False) -> list[Scanned] | None:
     """Scan the pieces in `workers` processes; results in document order, None on any failure.
 
     The piece numbers wait in a pipe that every process reads from, so each takes the next
@@ -260,10 +272,10 @@ def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]],
     children: list[_Child] = []
     try:
         for _ in range(min(workers, len(ranges)) - 1):
-            children.append(_fork_scanner(source, ranges, todo_r, hip, skimming))
+            children.append(_fork_scanner(source, ranges, todo_r, hip, skimming, structural))
         buf = bytearray()
         while (i := _next_piece(todo_r)) is not None:
-            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip, skimming)
+            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip, skimming, structural)
             cap.add(r)
             for child in children:
                 child.receive(results, cap, wait=False)
@@ -320,7 +332,8 @@ class _Child:
         os.close(self.store)
 
 
-def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool, skimming: bool) -> _Child:
+def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool, skimming: bool,
+                  structural: bool) -> _Child:
     """A child process that scans the pieces it takes from `todo` and stores each result."""
     notes_r, notes_w = os.pipe()
     store = _scratch_file()
@@ -333,7 +346,7 @@ def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, 
             offset = 0
             interned = Interned()
             while (i := _next_piece(todo)) is not None:
-                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip, skimming))
+                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip, skimming, structural))
                 _write_all(store, payload)
                 os.write(notes_w, _NOTE.pack(i, offset, len(payload)))  # atomic: shorter than PIPE_BUF
                 offset += len(payload)

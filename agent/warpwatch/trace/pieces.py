@@ -8,7 +8,8 @@ events, and a tail (the last events, `]`, the keys after them). The reader
   `streams.Stream`;
 - decodes the head alone: a file that is not a trace fails there, within its first piece;
 - cuts the events between two events (at `}` `,` `{`, preferring a cut with a newline in it,
-  which is never inside a JSON string) and decodes each piece strictly as a list of events.
+  which is never inside a JSON string; in a document written on one line, at any such cut, proven
+  by structure: `structure`) and decodes each piece strictly as a list of events.
   A cut is proven by the decode itself: the piece starts between two events, so it decodes as
   a list only if it also ends between two events. A piece that fails at its very end (or that
   msgspec calls truncated) was cut wrongly and is extended to the next cut, then, after
@@ -44,6 +45,7 @@ from .repair import repairable, sanitize
 from .schema import DOC, DOC_FAST, HIP_MARK, PART, PART_FAST, Event, Header, Interned, scan
 from .skim import BETWEEN_EVENTS, skim_scan
 from .streams import Stream
+from .structure import balanced
 
 SEARCH_BYTES = 256 * 1024
 """How far past its target size a piece may run to find a cut."""
@@ -96,6 +98,9 @@ class _Reader:
         self.skimming = skimming
         self.pieces = 0
         self.indent: bytes | None = None
+        self.structural = False
+        """Events not each on a line of their own (a document on one line): pieces are cut at any
+        `}, {` and skimmed only when `structure.balanced` proves the cut."""
 
     def fill(self, size: int) -> None:
         cancel = self.limits.cancel
@@ -180,7 +185,7 @@ class _Reader:
         # Events that each start on a line of their own, indented alike: a cut with exactly that
         # newline and indentation is between two events (see `find_cut`), so pieces may be skimmed.
         self.indent = lead.rsplit(b"\n", 1)[1] if b"\n" in lead else None
-        self.skimming = self.skimming and self.indent is not None
+        self.structural = self.skimming and self.indent is None
         self.drop(len(lead))
 
     def next_piece(self) -> bool:
@@ -188,10 +193,10 @@ class _Reader:
         left (the document is all read) is the tail."""
         edge = min(EDGE_BYTES, self.piece)
         target = edge if self.pieces == 0 else self.piece
-        if self.eof:  # leave a tail of about `edge`
-            target = min(target, len(self.buf) - edge)
         at = max(0, target - SEARCH_BYTES)
-        form = _INDENTED if self.skimming else _NEWLINE
+        if self.eof and len(self.buf) - edge < target:  # leave a tail of about `edge`: one piece up to
+            at = max(0, len(self.buf) - edge)  # there (from SEARCH_BYTES before it, one event at a time)
+        form = _ANY if self.structural else _INDENTED if self.skimming else _NEWLINE
         wrong: str | None = None  # how the last wrong cut failed to decode (for the error)
         tries = 0
         while True:
@@ -205,7 +210,7 @@ class _Reader:
                 raise TraceError(self.path, self.no_cut(wrong))
             end, nxt = cut
             try:
-                self.decode_piece(end, skimmable=form == _INDENTED)
+                self.decode_piece(end, skimmable=form == _INDENTED or self.structural)
             except _BadCut as exc:
                 wrong = str(exc)
                 tries += 1
@@ -258,6 +263,8 @@ class _Reader:
 
     def skim(self, end: int) -> bool:
         """Decode only the GPU events of the piece; False: decode it whole."""
+        if self.structural and not balanced(self.buf, 0, end):  # maybe a wrong cut: the strict decode says
+            return False
         scanned = skim_scan(self.buf, end, self.interned, amd=self.amd)
         if scanned is None:
             return False

@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Union
 import msgspec
 
 from ..model import KernelLaunch, TraceWindow
+from .values import dims, finite_number, is_int, reported
 
 KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
 GPU_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
@@ -397,29 +398,3 @@ def describe_bad_event(bad: BadEvent, events: list[Any]) -> tuple[int, str]:
 def _braces(text: str) -> str:
     """Text put in a message template as it is."""
     return text.replace("{", "{{").replace("}", "}}")
-
-
-def is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def finite_number(v: object) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
-
-
-def dims(v: object) -> tuple[int, int, int] | None:
-    if isinstance(v, list) and len(v) == 3 and all(is_int(x) and x >= 0 for x in v):
-        return (v[0], v[1], v[2])
-    return None
-
-
-def reported(v: object) -> float | str | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        return v[:32]
-    return None

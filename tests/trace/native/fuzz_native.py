@@ -3,7 +3,8 @@ them with AddressSanitizer and UBSan and runs this under them):
 `python fuzz_native.py GPUSCAN_SO WINDOWMATH_SO SECONDS SEED [GPUSCAN_NO_SIMD_SO]`.
 
 Edits real Kineto events (several edits per piece, cuts at random ends, tokens the scanner looks
-for), and gives the analysis loops random intervals and windows. With a second scanner (built
+for; `balanced` on a random range of each), and gives the analysis loops random intervals and
+windows. With a second scanner (built
 without SIMD: memmem, as on machines without SSE2), every piece must get the same answer from
 both. Exits 0 having printed how many inputs it ran; a sanitizer report aborts it."""
 
@@ -17,7 +18,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the package `support`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/trace/: test_gpuscan
 
 
 def load(name: str, path: str) -> ModuleType:
@@ -64,6 +66,11 @@ def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int, plain_s
         answered += got is not None
         if plain is not None:
             assert repr(plain.scan(exact, len(b), KernelLaunch, {}, {})) == repr(got), bytes(b)[:3000]
+        lo = rng.randrange(len(b) + 1)  # the structure check on a random range (structure.py)
+        hi = rng.randrange(lo, len(b) + 1)
+        ok = gpuscan.balanced(exact, lo, hi)
+        if plain is not None:
+            assert plain.balanced(exact, lo, hi) == ok, (bytes(b)[lo:hi][:3000], ok)
         pieces += 1
         if pieces % 50 == 0:
             n = rng.randrange(0, 60)
