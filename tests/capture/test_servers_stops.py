@@ -51,13 +51,6 @@ class QueuedStandIn(VllmStandIn):
 
 
 @pytest.fixture
-def trace_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "profiles"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
 def server(trace_dir: Path) -> Iterator[QueuedStandIn]:
     s = QueuedStandIn(trace_dir)
     yield s
