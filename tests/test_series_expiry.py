@@ -8,6 +8,8 @@ exported kernels (`other` included), equal the kernel time those rounds held.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -36,7 +38,7 @@ def test_a_kernel_out_of_the_top_k_loses_its_series_after_absent_rounds_and_no_i
     assert set(history[-1]) == {"b", OTHER}
     # wherever "a" was dropped, every round's increase over the kernels present in both rounds
     # (series that vanished contribute nothing: they were flat) is the round's 0.2 s of kernel time
-    for prev, cur in zip(history, history[1:], strict=False):
+    for prev, cur in pairwise(history):
         increase = sum(cur[k] - prev.get(k, 0.0) for k in cur if k in prev)
         fresh = sum(v for k, v in cur.items() if k not in prev)
         assert fresh == 0.0  # a new series starts at 0
