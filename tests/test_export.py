@@ -78,9 +78,9 @@ def ok(analysis: WindowAnalysis, process: str = "p0", seconds: float = 0.01) -> 
     return WindowResult("replay:t", process, "ok", seconds, analysis)
 
 
-def gauged(top_kernels: int) -> SnapshotBuilder:
+def gauged(top_kernels: int, **kwargs: Any) -> SnapshotBuilder:
     """A builder that exports the per-kernel gauges (opt-in since issue 24: these tests read them)."""
-    return SnapshotBuilder(kernel_gauges=True, top_kernels=top_kernels)
+    return SnapshotBuilder(kernel_gauges=True, top_kernels=top_kernels, **kwargs)
 
 
 def publish(builder: SnapshotBuilder, *results: WindowResult, now: float = 1000.0) -> CollectorRegistry:
