@@ -85,7 +85,8 @@ def prometheus(data: Path, config: str = "", rule_files: Sequence[Path] = (), fl
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("prometheus did not start:\n" + (work / f"prometheus-{port}.log").read_text()[-3000:])
+                tail = (work / f"prometheus-{port}.log").read_text()[-3000:]
+                raise AssertionError("prometheus did not start:\n" + tail)
             time.sleep(0.3)
         yield url, proc
     finally:
