@@ -52,8 +52,8 @@ def create_blocks(text: str, data: Path, work: Path) -> None:
     src.unlink()
 
 
-def run(cmd: Sequence[str]) -> str:
-    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=1800)
+def run(cmd: Sequence[str], cwd: Path | None = None) -> str:
+    result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=1800, cwd=cwd)
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result.stdout
@@ -97,12 +97,15 @@ def prometheus(data: Path, config: str = "", rule_files: Sequence[Path] = (), fl
 
 def backfill_rules(data: Path, tiers: Sequence[Path], start: float, end: float, interval: str = "60s") -> None:
     """Backfill each rule file's recording rules over [start, end], one tier after the other (each
-    tier reads what the previous one wrote)."""
+    tier reads what the previous one wrote). Rule files are named relative to their folder: the
+    evaluation times of a group are offset by a hash of its name and file name, so the same files
+    give the same timestamps wherever they lie."""
     for tier in tiers:
         out = data.parent / f"backfill-{tier.stem}"
         with prometheus(data) as (url, _):
             run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={url}", f"--start={int(start)}",
-                 f"--end={int(end)}", f"--output-dir={out}", f"--eval-interval={interval}", "--quiet", str(tier)])
+                 f"--end={int(end)}", f"--output-dir={out}", f"--eval-interval={interval}", "--quiet", tier.name],
+                cwd=tier.parent)
         for block in out.iterdir():
             shutil.move(str(block), data / block.name)
         shutil.rmtree(out)
