@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from fleet import GPUS, SAMPLE, agent_metrics, pss  # noqa: E402
+
 from promfleet import prometheus, query  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *a: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *a: object) -> None:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
