@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import json
 import re
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from fleet import GPUS, SAMPLE, agent_metrics, pss  # noqa: E402
 
-from promfleet import prometheus, query  # noqa: E402
+from promfleet import prometheus  # noqa: E402
 
 
 def pod_body(exposition: str, pod: int, tick: int) -> str:
@@ -78,7 +80,8 @@ def main() -> None:
         config = "  scrape_interval: 15s\nscrape_configs:\n" + jobs
         with prometheus(Path(tmp) / "data", config) as (url, proc):
             time.sleep(args.minutes * 60)
-            head = int(query(url, "prometheus_tsdb_head_series")["data"]["result"][0]["value"][1])
+            with urllib.request.urlopen(f"{url}/api/v1/status/tsdb", timeout=60) as resp:
+                head = int(json.loads(resp.read())["data"]["headStats"]["numSeries"])
             mem = pss(proc.pid)
     server.shutdown()
     per = (mem - idle) / head
