@@ -64,10 +64,12 @@ def prometheus(data: Path, config: str = "", rule_files: Sequence[Path] = (), fl
                ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A Prometheus on `data` (no scrapes unless `config` has some); yields (url, process)."""
     work = data.parent
+    work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     rules = "".join(f"  - {p}\n" for p in rule_files)
     cfg = work / f"prometheus-{port}.yml"
-    cfg.write_text("global:\n  evaluation_interval: 5s\n" + (f"rule_files:\n{rules}" if rules else "") + config)
+    # `config` may go on with global settings (indented) before its own sections
+    cfg.write_text("global:\n  evaluation_interval: 5s\n" + config + (f"rule_files:\n{rules}" if rules else ""))
     log = (work / f"prometheus-{port}.log").open("w")
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
