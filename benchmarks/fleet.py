@@ -215,7 +215,7 @@ def run(pods: int, hours: float, work: Path, designs: tuple[str, ...] = ("old", 
 
 def report(result: Mapping[str, Mapping[str, Any]], pods: int, hours: float) -> str:
     out = [f"fleet: {pods} pods x {GPUS} GPUs, {hours:g} h at 60 s", ""]
-    for name in ("old", "new"):
+    for name in result:
         r = result[name]
         samples = [x["samples"] or 0 for x in r["rows"]]
         out.append(f"{name}: {r['series']} series ({r['series_per_gpu']:.0f} per GPU), {len(r['rows'])} queries, "
@@ -223,7 +223,7 @@ def report(result: Mapping[str, Mapping[str, Any]], pods: int, hours: float) -> 
                    f"total {sum(samples):,}, slowest {max(x['seconds'] for x in r['rows']):.2f} s, "
                    f"Prometheus peak PSS {r['peak_pss'] / 2**20:.0f} MiB")
     out.append("")
-    for name in ("old", "new"):
+    for name in result:
         out.append(f"| {name} query | samples touched | seconds | error |")
         out.append("|---|---:|---:|---|")
         out.extend(f"| {x['where'][:90]} | {x['samples'] if x['samples'] is not None else '-'} | "
@@ -237,9 +237,10 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=20)
     parser.add_argument("--hours", type=float, default=6)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--designs", default="old,new", help="old,new (default), or one of them")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="warpwatch-fleet-") as tmp:
-        result = run(args.pods, args.hours, Path(tmp))
+        result = run(args.pods, args.hours, Path(tmp), tuple(args.designs.split(",")))
     print(report(result, args.pods, args.hours))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
