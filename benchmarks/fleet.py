@@ -61,8 +61,9 @@ def agent_metrics(old: bool) -> str:
         agent.stop()
 
 
-def fleet_openmetrics(exposition: str, pods: int, hours: float, end: float) -> str:
-    """The exposition's warpwatch_* series copied into `pods` pods x 8 GPUs, a sample a minute."""
+def fleet_openmetrics(exposition: str, pods: int, hours: float, end: float, out: Path) -> None:
+    """The exposition's warpwatch_* series copied into `pods` pods x 8 GPUs, a sample a minute,
+    written to `out` family by family (streamed: a fleet does not fit in memory as text)."""
     types: dict[str, str] = {}
     rows: list[tuple[str, str, float]] = []
     for line in exposition.splitlines():
@@ -75,27 +76,26 @@ def fleet_openmetrics(exposition: str, pods: int, hours: float, end: float) -> s
                 continue
             rows.append((m.group(1), labels, float(m.group(3))))
     steps = int(hours * 3600 / STEP)
-    times = [end - (steps - i) * STEP for i in range(steps + 1)]
-    by_family: dict[str, list[str]] = {}
+    times = [f"{end - (steps - i) * STEP:.0f}" for i in range(steps + 1)]
+    by_family: dict[str, list[tuple[str, str, float]]] = {}
     for name, labels, value in rows:
         fam = next((f for f in (name.removesuffix("_total"), name.rsplit("_", 1)[0], name) if f in types), name)
-        counter = types.get(fam) in ("counter", "histogram") or name.endswith(("_total", "_count", "_sum", "_bucket"))
-        gpus = range(GPUS) if 'gpu="0"' in labels else (None,)
-        out = by_family.setdefault(fam, [])
-        for p in range(pods):
-            pod = (f'namespace="fleet",deployment="model-{p % 5}",pod="model-{p % 5}-{p}",'
-                   f'instance="10.0.{p // 250}.{p % 250}:9946"')
-            for g in gpus:
-                lab = labels.replace('gpu="0"', f'gpu="{g}"') if g is not None else labels
-                sel = f"{name}{{{pod}{',' + lab if lab else ''}}}"
-                out.extend(f"{sel} {value * (i + 1) if counter else value!r} {t:.0f}" for i, t in enumerate(times))
-    lines = []
-    for fam, samples in by_family.items():
-        # a histogram's series are written as plain gauges and counters (promtool keeps their names)
-        lines.append(f"# TYPE {fam} {'counter' if types.get(fam) == 'counter' else 'gauge'}")
-        lines.extend(samples)
-    lines.append("# EOF")
-    return "\n".join(lines) + "\n"
+        by_family.setdefault(fam, []).append((name, labels, value))
+    with out.open("w") as f:
+        for fam, members in by_family.items():
+            # a histogram's series are written as plain gauges and counters (promtool keeps their names)
+            f.write(f"# TYPE {fam} {'counter' if types.get(fam) == 'counter' else 'gauge'}\n")
+            for name, labels, value in members:
+                counter = name.endswith(("_total", "_count", "_sum", "_bucket"))
+                for p in range(pods):
+                    pod = (f'namespace="fleet",deployment="model-{p % 5}",pod="model-{p % 5}-{p}",'
+                           f'instance="10.0.{p // 250}.{p % 250}:9946"')
+                    for g in range(GPUS) if 'gpu="0"' in labels else (None,):
+                        lab = labels.replace('gpu="0"', f'gpu="{g}"') if g is not None else labels
+                        sel = f"{name}{{{pod}{',' + lab if lab else ''}}}"
+                        f.writelines(f"{sel} {value * (i + 1) if counter else value!r} {t}\n"
+                                     for i, t in enumerate(times))
+        f.write("# EOF\n")
 
 
 def design_queries(old: bool, work: Path) -> tuple[list[tuple[str, str]], list[dict[str, Any]], str]:
@@ -156,7 +156,9 @@ def run_design(old: bool, pods: int, hours: float, work: Path, end: float) -> di
     exposition = agent_metrics(old)
     work.mkdir(parents=True, exist_ok=True)
     data = work / "data"
-    create_blocks(fleet_openmetrics(exposition, pods, hours, end), data, work)
+    source = work / "fleet.om"
+    fleet_openmetrics(exposition, pods, hours, end, source)
+    create_blocks(source, data, work)
     queries, groups, step = design_queries(old, work)
     tiers = []
     for i, rules in enumerate(passes([r for g in groups for r in g["rules"] if "record" in r])):

@@ -44,9 +44,11 @@ def openmetrics(families: Mapping[str, tuple[str, Iterable[Series]]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def create_blocks(text: str, data: Path, work: Path) -> None:
-    src = work / "input.om"
-    src.write_text(text)
+def create_blocks(text: str | Path, data: Path, work: Path) -> None:
+    """Blocks under `data` from OpenMetrics text, or from the file it names (then removed)."""
+    src = text if isinstance(text, Path) else work / "input.om"
+    if not isinstance(text, Path):
+        src.write_text(text)
     data.mkdir(parents=True, exist_ok=True)
     run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", str(src), str(data)])
     src.unlink()
