@@ -40,6 +40,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive_window": ("on", True),
     "jitter": ("3s", 3.0),
     "top_kernels": ("7", 7),
+    "kernel_gauges": ("on", True),
     "max_gpus": ("16", 16),
     "log_level": ("debug", "debug"),
     "log_format": ("json", "json"),
@@ -119,7 +120,7 @@ def test_booleans_can_be_switched_off_by_flag_over_the_environment() -> None:
 def test_the_defaults() -> None:
     cfg = load_config({}, BASE)
     assert cfg == Config(source=("dir:/traces",))
-    assert (cfg.address, cfg.port, cfg.period, cfg.window, cfg.top_kernels) == ("0.0.0.0", 9946, 60.0, 1.0, 50)
+    assert (cfg.address, cfg.port, cfg.period, cfg.window, cfg.top_kernels) == ("0.0.0.0", 9946, 60.0, 1.0, 16)
     assert cfg.max_trace_bytes == 2 * 1024**3
     assert cfg.duty == pytest.approx(1 / 60)
 

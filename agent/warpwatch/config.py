@@ -97,7 +97,10 @@ SETTINGS: tuple[Setting, ...] = (
             "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)"),
     Setting("jitter", "duration", None, "random delay added to each window's start, spreads agents apart",
             default_text="min(5s, period/10)"),
-    Setting("top_kernels", "int", 50, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
+    Setting("top_kernels", "int", 16, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
+    Setting("kernel_gauges", "bool", False,
+            "also export the per-kernel last-round gauges (8 series per kernel); rates of the per-kernel "
+            "counters answer the same questions (docs/metrics.md)"),
     Setting("max_gpus", "int", MAX_GPUS,
             "GPUs exported at once (traces may name any device id); beyond, a new GPU takes the place of "
             "the least recently updated one, or is left out and counted in warpwatch_errors_total"),
@@ -139,7 +142,8 @@ class Config:
     window: float = 1.0
     adaptive_window: bool = False
     jitter: float = 5.0
-    top_kernels: int = 50
+    top_kernels: int = 16
+    kernel_gauges: bool = False
     max_gpus: int = MAX_GPUS
     log_level: str = "info"
     log_format: str = "text"

@@ -17,7 +17,7 @@ import yaml
 from warpwatch.export import metricdefs as md
 from warpwatch.dashboards import build, check, register, render
 from warpwatch.dashboards.boards import all_queries, dashboards
-from warpwatch.dashboards.queries import recording_rules
+from warpwatch.dashboards.queries import rate_record, recording_rules
 from warpwatch.dashboards.settings import DASHBOARD_VARIABLE_DEFAULTS, DEFAULT_SETTINGS, Settings
 from warpwatch.errors import ConfigError
 from warpwatch.model import ARTIFACT_KINDS
@@ -148,8 +148,9 @@ def test_cli_settings_override_and_errors(tmp_path: Path) -> None:
         Settings(degraded_for="30 minutes")
 
 
-def test_four_dashboards_with_stable_uids_and_titles() -> None:
+def test_five_dashboards_with_stable_uids_and_titles() -> None:
     assert {uid: b["title"] for uid, b in boards().items()} == {
+            "warpwatch-fleet": "warpwatch / Fleet",
         "warpwatch-overview": "warpwatch / Overview",
         "warpwatch-kernels": "warpwatch / Kernels",
         "warpwatch-artifacts": "warpwatch / Profiler artefacts",
@@ -191,6 +192,7 @@ def test_panels_fit_the_grid_without_overlap() -> None:
 
 def test_template_variables() -> None:
     expected = {
+        "warpwatch-fleet": ["datasource", "namespace", "deployment"],
         "warpwatch-overview": ["datasource", "namespace", "pod", "gpu"],
         "warpwatch-kernels": ["datasource", "namespace", "pod", "gpu", "kernel"],
         "warpwatch-artifacts": ["datasource", "namespace", "pod", "gpu", "kernel"],
@@ -203,25 +205,35 @@ def test_template_variables() -> None:
         assert (ds["type"], ds["query"]) == ("datasource", "prometheus")
         for v in queries:
             assert v["type"] == "query" and v["datasource"] == DATASOURCE
-            # namespace/pod exist only under Kubernetes service discovery: "All" must match absence.
-            assert v["includeAll"] and v["multi"] and v["allValue"] == ".*"
-            assert v["current"]["value"] == ["$__all"]
-            assert re.fullmatch(rf"label_values\(warpwatch_\w+(\{{.*\}})?, {v['name']}\)", v["query"])
+            # Issue 24: no All; Grafana selects the first item (one pod, GPU, kernel).
+            assert not v["includeAll"] and v["multi"] and v["current"] == {}
+            assert re.fullmatch(rf"label_values\(([a-z_]+:)?warpwatch_[\w:]+(\{{.*\}})?, {v['name']}\)", v["query"])
+
+
+RECORD_LABELS = {"pod_gpu": {"gpu"}, "pod_kernel": {"kernel"}, "fleet": set(), "fleet_kernel": {"kernel"}}
 
 
 def test_panel_queries_select_by_the_dashboard_variables() -> None:
+    """Every selector narrows by the board's variables: raw series and per-pod records by namespace
+    and pod (and gpu, kernel where the series has them), fleet records by namespace and deployment."""
     labels = {md.exposed_name(m): set(m.labels) for m in md.ALL}
     labels |= {md.exposed_name(m) + "_bucket": set(m.labels) for m in md.ALL if m.type == "histogram"}
+    labels |= {r.record: RECORD_LABELS[r.record.split(":")[0]] for r in recording_rules(DEFAULT_SETTINGS)}
     for uid, board in boards().items():
         has_kernel_var = any(v["name"] == "kernel" for v in board["templating"]["list"])
         for panel in board["panels"]:
             for target in panel.get("targets", []):
-                selectors = re.findall(r"(warpwatch_\w+)(\{[^}]*\})?", target["expr"])
+                selectors = re.findall(r"((?:[a-z_]+:)?warpwatch_\w+(?::\w+)?)(\{[^}]*\})?", target["expr"])
                 assert selectors, target["expr"]
                 for name, matchers in selectors:
                     where = f"{uid}/{panel['title']}: {name}{matchers}"
-                    assert 'namespace=~"$namespace"' in matchers and 'pod=~"$pod"' in matchers, where
-                    assert ('gpu=~"$gpu"' in matchers) == ("gpu" in labels[name]), where
+                    assert 'namespace=~"$namespace"' in matchers, where
+                    if name.startswith(("fleet:", "fleet_kernel:")):
+                        assert 'deployment=~"$deployment"' in matchers, where
+                        continue
+                    assert 'pod=~"$pod"' in matchers, where
+                    per_pod = "pod_kernel:" in target["expr"]  # a pod's kernels over all its GPUs
+                    assert ('gpu=~"$gpu"' in matchers) == ("gpu" in labels[name] and not per_pod), where
                     wants_kernel = has_kernel_var and "kernel" in labels[name]
                     assert ('kernel=~"$kernel"' in matchers) == wants_kernel, where
 
@@ -234,7 +246,7 @@ def test_every_expression_uses_only_metrics_from_metricdefs() -> None:
         assert names <= ALLOWED_SERIES, f"{where}: unknown metric(s) {names - ALLOWED_SERIES}"
         used |= names
     # Every exported metric appears on some dashboard or in some alert.
-    unused = [m.name for m in md.ALL if not used & series_names(m)]
+    unused = [m.name for m in md.ALL if not used & series_names(m) and m not in md.KERNEL_GAUGES_OPT_IN]
     assert unused == []
 
 
@@ -268,14 +280,16 @@ def test_overview_panels() -> None:
     }
     side_by_side = [metric_names(t["expr"]) for t in overview["Estimated vs NVML GPM SM occupancy"]["targets"]]
     assert side_by_side == [
-        {md.exposed_name(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), md.exposed_name(md.GPU_OBSERVED_SECONDS)},
+        {rate_record(DEFAULT_SETTINGS, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, "pod_gpu"),
+         rate_record(DEFAULT_SETTINGS, md.GPU_OBSERVED_SECONDS, "pod_gpu")},
         {md.exposed_name(md.NVML_SM_OCCUPANCY)},
     ]
     top = overview["Top kernels by time share"]
     assert top["type"] == "bargauge" and top["targets"][0]["instant"]
     assert top["targets"][0]["expr"].startswith("topk(10,\n")
     assert metric_names(top["targets"][0]["expr"]) == {
-        md.exposed_name(md.KERNEL_SECONDS), md.exposed_name(md.GPU_OBSERVED_SECONDS)}
+        rate_record(DEFAULT_SETTINGS, md.KERNEL_SECONDS, "pod_kernel"),
+        rate_record(DEFAULT_SETTINGS, md.GPU_OBSERVED_SECONDS, "pod_gpu")}
 
 
 def test_gauges_are_read_only_as_now_or_as_extremes() -> None:
@@ -349,7 +363,9 @@ def test_provisioning_files() -> None:
     assert ds["datasources"] == [{
         "name": DEFAULT_SETTINGS.datasource_name, "uid": DEFAULT_SETTINGS.datasource_uid, "type": "prometheus",
         "access": "proxy", "url": "http://prometheus:9090", "isDefault": False, "editable": False,
-        "jsonData": {"httpMethod": "POST", "timeInterval": "30s"},
+        # the Prometheus version: Grafana asks the label-values API for a variable's values
+        "jsonData": {"httpMethod": "POST", "timeInterval": "30s", "prometheusType": "Prometheus",
+                     "prometheusVersion": DEFAULT_SETTINGS.prometheus_version},
     }]
     provider = yaml.safe_load((COMMITTED / "provisioning/dashboards/warpwatch.yaml").read_text())
     (only,) = provider["providers"]

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from warpwatch import config
+from warpwatch import metricdefs as md
 from warpwatch.dashboards import build, rules, ruletests
 from warpwatch.dashboards.alerts import alerts
 from warpwatch.dashboards.queries import recording_rules
@@ -113,23 +114,39 @@ def test_artifact_alert_covers_the_wrong_number_kinds_and_names_them() -> None:
     # one alert per pod and kind: two kernels on two GPUs, 2 launches a minute each, over 30 minutes
     assert set(overflow["exp_labels"]) == {"namespace", "pod", "artifact", "severity"}
     assert overflow["exp_annotations"]["description"].startswith(
-        "120 kernel launches in pod ml/train-0 carried the profiler artefact grid_overflow in the last 30m"
+        "120 kernel launches in pod ml/llm-0 carried the profiler artefact grid_overflow in the last 30m"
     )
 
 
-def test_degraded_alert_compares_ratios_of_rates_and_needs_baseline_samples_and_time_share() -> None:
+def test_degraded_alert_compares_ratios_of_recorded_rates_per_deployment_and_kernel() -> None:
+    """Issue 24: it reads the fleet tier (a few series per deployment and kernel), never raw series,
+    and fires per (namespace, deployment, kernel): the mean of a recorded rate over a range is the
+    rate over that range, so the ratios are ratios of sums as before."""
     expr = next(r["expr"] for r in prometheus_rules() if r["alert"] == "WarpwatchKernelOccupancyDegraded")
     s = DEFAULT_SETTINGS
     window = f"[{s.degraded_baseline_window}] offset {s.degraded_baseline_offset}"
-    seconds = "warpwatch_kernel_seconds_total"
+    seconds = "fleet_kernel:warpwatch_kernel_seconds_total:rate5m"
     for x in ("estimated_occupancy", "resident_warps_per_sm"):
-        num = f"warpwatch_kernel_{x}_seconds_total"
-        assert f"rate({num}[{s.degraded_window}]) / rate({seconds}[{s.degraded_window}])" in expr
-        assert f"(rate({num}{window}) / rate({seconds}{window}))" in expr
+        num = f"fleet_kernel:warpwatch_kernel_{x}_seconds_total:rate5m"
+        assert (f"avg_over_time({num}[{s.degraded_window}]) / avg_over_time({seconds}[{s.degraded_window}])"
+                in expr)
+        assert f"(avg_over_time({num}{window}) / avg_over_time({seconds}{window}))" in expr
     assert f"count_over_time({seconds}{window}) >= {s.degraded_min_samples}" in expr
     assert f"< {s.degraded_ratio}" in expr
     assert f") > {s.degraded_min_time_share}" in expr
-    assert "avg_over_time" not in expr
+    assert "warpwatch_kernel_seconds_total[" not in expr  # no raw series
+    tests = load("warpwatch-rules.test.yaml")["tests"]
+    fired = [e["exp_labels"] for t in tests for c in t.get("alert_rule_test", [])
+             if c["alertname"] == "WarpwatchKernelOccupancyDegraded" for e in c["exp_alerts"]]
+    assert fired and all(set(f) == {"namespace", "deployment", "kernel", "severity"} for f in fired)
+
+
+def test_every_alert_reads_recorded_series_or_per_pod_gauges_only() -> None:
+    """No alert takes a range of a raw per-kernel series (the cost that grew with pods x GPUs x kernels)."""
+    per_kernel = [md.exposed_name(m) for m in md.ALL if "kernel" in m.labels and m is not md.PROFILER_ARTIFACTS]
+    for rule in prometheus_rules():
+        for name in per_kernel:
+            assert f"{name}[" not in rule["expr"] and f"{name}{{" not in rule["expr"], (rule["alert"], name)
 
 
 def test_window_too_short_alert_names_its_evidence() -> None:
@@ -139,18 +156,26 @@ def test_window_too_short_alert_names_its_evidence() -> None:
     assert "window is too short" in (RUNBOOKS / "window-too-short.md").read_text()
 
 
-def test_recording_rules_record_rates_summed_by_the_fleet_labels_then_ratios() -> None:
-    records = {r["record"]: r["expr"] for r in recording()}
-    assert records["fleet:warpwatch_gpu_observed_seconds_total:rate5m"] == (
-        "sum by (namespace, deployment, model) (rate(warpwatch_gpu_observed_seconds_total[5m]))")
-    assert records["fleet_kernel:warpwatch_kernel_seconds_total:rate5m"] == (
-        "sum by (namespace, deployment, model, kernel) (rate(warpwatch_kernel_seconds_total[5m]))")
-    assert records["fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"] == (
-        "fleet_kernel:warpwatch_kernel_seconds_total:rate5m\n  / on (namespace, deployment, model) group_left\n"
+def test_recording_rules_in_two_tiers_per_pod_from_raw_series_fleet_from_records() -> None:
+    groups = {g["name"]: g["rules"] for g in load("warpwatch-rules.yaml")["groups"]}
+    pod = {r["record"]: r["expr"] for r in groups["warpwatch-pod"]}
+    fleet = {r["record"]: r["expr"] for r in groups["warpwatch-fleet"]}
+    assert pod["pod_gpu:warpwatch_gpu_observed_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment, pod, gpu) (rate(warpwatch_gpu_observed_seconds_total[5m]))")
+    assert pod["pod_kernel:warpwatch_kernel_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment, pod, kernel) (rate(warpwatch_kernel_seconds_total[5m]))")
+    assert fleet["fleet:warpwatch_gpu_observed_seconds_total:rate5m"] == (
+        "sum by (namespace, deployment) (pod_gpu:warpwatch_gpu_observed_seconds_total:rate5m)")
+    assert fleet["fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"] == (
+        "fleet_kernel:warpwatch_kernel_seconds_total:rate5m\n  / on (namespace, deployment) group_left\n"
         "fleet:warpwatch_gpu_observed_seconds_total:rate5m")
+    for expr in fleet.values():  # the fleet tier reads records only: a global Prometheus can evaluate it
+        assert not re.search(r"(?<![:\w])warpwatch_\w+", expr.replace(":warpwatch_", ":x_")), expr
+    for expr in pod.values():  # the pod tier keeps pod: any shard scraping the pod can evaluate it
+        assert "pod" in expr.split("(")[1]
     tests = load("warpwatch-rules.test.yaml")["tests"]
     checked = {c["expr"] for t in tests for c in t.get("promql_expr_test", [])}
-    assert {f"round({r} * 1e6)" for r in records if ":ratio_" in r} <= checked
+    assert {f"round({r} * 1e6)" for r in fleet if ":ratio_" in r} <= checked
 
 
 def test_every_rule_has_severity_summary_description_and_a_runbook() -> None:

@@ -157,8 +157,9 @@ def test_compose_prometheus_scrapes_the_agent_and_loads_the_rules(compose: dict[
     (static,) = job["static_configs"]
     assert static["targets"] == [f"agent:{DEFAULT_PORT}"]
     assert job.get("metrics_path", "/metrics") == "/metrics"
-    # The dashboards filter by namespace and pod, as Kubernetes discovery would label them.
-    assert set(static["labels"]) == {"namespace", "pod"}
+    # The dashboards filter by namespace and pod and the rules group by deployment, as the chart's
+    # ServiceMonitor would label them.
+    assert set(static["labels"]) == {"namespace", "deployment", "pod"}
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not found (Debian package prometheus)")

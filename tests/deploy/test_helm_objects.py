@@ -172,6 +172,24 @@ def test_servicemonitor_selects_the_service_and_names_its_port(name: str) -> Non
         assert re.fullmatch(r"([0-9]+(ms|s|m|h))+", endpoint["interval"])
 
 
+@pytest.mark.parametrize("name", [n for n in VALUE_SETS if VALUE_SETS[n].get("serviceMonitor", {}).get("enabled")])
+def test_servicemonitor_attaches_every_label_the_rules_group_by(name: str) -> None:
+    """Issue 24: the rules and panels group by namespace, deployment, pod (and the agent's own gpu,
+    kernel): a ServiceMonitor target carries namespace and pod; deployment comes from the serving
+    pod's app.kubernetes.io/instance label, which the chart's pods carry (the release name)."""
+    from warpwatch.dashboards.settings import DEFAULT_SETTINGS, POD_LABELS
+    objs = render(name)
+    monitor = one(objs, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    first = endpoint["relabelings"][0]
+    assert first == {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+                     "targetLabel": "deployment"}
+    attached = {"namespace", "pod", *(r["targetLabel"] for r in endpoint["relabelings"] if "targetLabel" in r)}
+    assert set(POD_LABELS) <= attached and set(DEFAULT_SETTINGS.fleet) <= attached
+    for template in pod_templates(objs):
+        assert template["metadata"]["labels"].get("app.kubernetes.io/instance") == RELEASE
+
+
 @pytest.mark.parametrize("name", [n for n in VALUE_SETS if values_of(n)["example"]["enabled"]])
 def test_service_selects_the_pods_with_the_sidecar_and_targets_its_port(name: str) -> None:
     objs = render(name)

@@ -169,7 +169,8 @@ def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples
             time.sleep(0.3)
             status, body = _get(f"http://127.0.0.1:{port}/healthz")
         metrics = ""
-        while not re.search(r"^warpwatch_kernel_warps_per_sm\{", metrics, re.M):
+        # a negative reported minimum is exported at the defaults (the other kernel gauges are opt-in)
+        while not re.search(r"^warpwatch_kernel_reported_warps_per_sm_min\{", metrics, re.M):
             assert time.monotonic() < deadline, "no kernel series in /metrics:\n" + metrics[-2000:]
             time.sleep(0.3)
             metrics = _get(f"http://127.0.0.1:{port}/metrics")[1]

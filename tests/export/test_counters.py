@@ -9,9 +9,8 @@ creates its counters; the tests publish a warm-up round first.
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from support.exportkit import device, kernel, ok, publish, value, window
+from support.exportkit import device, kernel, kernel_seconds, ok, publish, value, window
 from warpwatch.export import metricdefs as md
 from warpwatch.export.builder import OTHER, SnapshotBuilder, WindowResult
 from warpwatch.export.pooling import StableTopK
@@ -21,11 +20,6 @@ W = 1e6  # a 1 s window, in trace microseconds
 
 def empty_window(window_us: float = W) -> WindowResult:
     return WindowResult("replay:t", "p0", "empty", 0.01, window([], [], window_us))
-
-
-def kernel_seconds(reg: CollectorRegistry, gpu: str = "0") -> dict[str, float]:
-    return {s.labels["kernel"]: s.value for fam in reg.collect() if fam.name == md.KERNEL_SECONDS.name
-            for s in fam.samples if s.labels["gpu"] == gpu}
 
 
 def three_kernels() -> WindowResult:

@@ -1,7 +1,7 @@
 """Prometheus export: snapshots, folding into `other`, merging windows, counters, exposition.
 
 Every test builds a fresh CollectorRegistry and reads samples with `get_sample_value`; the
-text format is pinned by tests/export/golden/metrics.prom (regenerate with WARPWATCH_UPDATE_GOLDEN=1)
+text format is pinned by tests/golden/metrics.prom (regenerate with WARPWATCH_UPDATE_GOLDEN=1)
 and checked by the real promtool.
 """
 
@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from support.exportkit import device, kernel, ok, publish, value, window
+from support.exportkit import device, gauged, kernel, ok, publish, value, window
 from warpwatch.export import metricdefs as md
 from warpwatch.export.builder import (
     OTHER,
@@ -28,14 +28,12 @@ from warpwatch.export.builder import (
     KernelSample,
     NvmlSample,
     Snapshot,
-    SnapshotBuilder,
     SnapshotCollector,
     WindowResult,
 )
 from warpwatch.export.pooling import fold, merge_round
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.prom"
-
 
 
 # --------------------------------------------------------------------------------------------- gauges
@@ -45,7 +43,7 @@ def test_a_single_window_is_exported_exactly_as_analysed() -> None:
     k = kernel("ampere_sgemm_32x32_sliced1x4_tn", 250_000.0, samples=40, warps_per_sm=19.5,
                resident_warps_per_sm=9.75, theoretical_occupancy=0.25, estimated_occupancy=0.15,
                waves_per_sm=1.2, reported_warps_per_sm_min=-3.0)
-    reg = publish(SnapshotBuilder(top_kernels=50), ok(window([k], [device(busy=0.4, resident=12.0)])))
+    reg = publish(gauged(top_kernels=50), ok(window([k], [device(busy=0.4, resident=12.0)])))
     labels = {"gpu": "0", "kernel": "ampere_sgemm_32x32_sliced1x4_tn"}
     assert value(reg, md.KERNEL_WARPS_PER_SM, **labels) == 19.5
     assert value(reg, md.KERNEL_RESIDENT_WARPS_PER_SM, **labels) == 9.75
@@ -68,7 +66,7 @@ def test_a_single_window_is_exported_exactly_as_analysed() -> None:
 
 def test_unknown_values_export_no_sample_never_zero() -> None:
     k = kernel("rocm_kernel", 1000.0)  # every mean unknown, as for a kernel without grid/block
-    reg = publish(SnapshotBuilder(top_kernels=50), ok(window([k], [device(resident=None, props=None)])))
+    reg = publish(gauged(top_kernels=50), ok(window([k], [device(resident=None, props=None)])))
     labels = {"gpu": "0", "kernel": "rocm_kernel"}
     for m in (md.KERNEL_WARPS_PER_SM, md.KERNEL_RESIDENT_WARPS_PER_SM, md.KERNEL_THEORETICAL_OCCUPANCY,
               md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM, md.KERNEL_REPORTED_WARPS_MIN):
@@ -91,7 +89,7 @@ def test_kernels_beyond_top_k_fold_into_other() -> None:
                artifacts={"unrounded_warps": 1, "negative_warps_per_sm": 5}),
         kernel("e", 10.0, samples=1),  # warps unknown: no weight in the mean
     ]
-    builder = SnapshotBuilder(top_kernels=2)
+    builder = gauged(top_kernels=2)
     publish(builder, ok(window(ks, [device()])))  # the GPU's first round only creates its counters
     reg = publish(builder, ok(window(ks, [device()])))
     other = {"gpu": "0", "kernel": OTHER}
@@ -109,14 +107,14 @@ def test_kernels_beyond_top_k_fold_into_other() -> None:
 
 def test_label_count_is_bounded_by_top_k_plus_other() -> None:
     ks = [kernel(f"kernel_{i:03d}", 1000.0 - i) for i in range(200)]
-    reg = publish(SnapshotBuilder(top_kernels=50), ok(window(ks, [device()])))
+    reg = publish(gauged(top_kernels=50), ok(window(ks, [device()])))
     samples = [s for fam in reg.collect() if fam.name == md.KERNEL_TIME_SHARE.name for s in fam.samples]
     assert len(samples) == 51
     assert {s.labels["kernel"] for s in samples} == {f"kernel_{i:03d}" for i in range(50)} | {OTHER}
 
 
 def test_kernels_that_disappear_are_gone_from_the_next_snapshot_but_their_counters_stay() -> None:
-    builder = SnapshotBuilder(top_kernels=50)
+    builder = gauged(top_kernels=50)
     first = publish(builder, ok(window([kernel("a", 10.0, samples=3), kernel("b", 5.0, samples=2)], [device()])))
     assert value(first, md.KERNEL_TIME_SHARE, gpu="0", kernel="b") == 5e-6
     second = publish(builder, ok(window([kernel("a", 20.0, samples=4)], [device()])))
@@ -128,7 +126,7 @@ def test_kernels_that_disappear_are_gone_from_the_next_snapshot_but_their_counte
 
 
 def test_a_failed_window_changes_no_gauge_and_counts_once() -> None:
-    builder = SnapshotBuilder(top_kernels=50)
+    builder = gauged(top_kernels=50)
     good = publish(builder, ok(window([kernel("a", 10.0)], [device(busy=0.7)])), now=100.0)
     assert value(good, md.GPU_BUSY, gpu="0") == 0.7
     bad = publish(builder, WindowResult("dir:/x", "p0", "failed", 0.002), now=160.0)
@@ -143,7 +141,7 @@ def test_a_failed_window_changes_no_gauge_and_counts_once() -> None:
 
 
 def test_an_empty_window_changes_no_gauge() -> None:
-    builder = SnapshotBuilder(top_kernels=50)
+    builder = gauged(top_kernels=50)
     publish(builder, ok(window([kernel("a", 10.0)], [device(busy=0.7)])))
     empty = window([], [])
     reg = publish(builder, WindowResult("dir:/x", "p0", "empty", 0.001, empty))
@@ -152,7 +150,7 @@ def test_an_empty_window_changes_no_gauge() -> None:
 
 
 def test_gpus_not_in_a_round_keep_their_last_window() -> None:
-    builder = SnapshotBuilder(top_kernels=50)
+    builder = gauged(top_kernels=50)
     publish(builder, ok(window([kernel("a", 10.0, device=1)], [device(1, busy=0.3)]), process="rank1"))
     reg = publish(builder, ok(window([kernel("b", 10.0)], [device(0, busy=0.6)]), process="rank0"))
     assert value(reg, md.GPU_BUSY, gpu="1") == 0.3
@@ -204,7 +202,7 @@ def test_fold_keeps_the_members_and_sums_the_rest_into_other() -> None:
 
 
 def test_nvml_is_down_by_default_and_reports_when_up() -> None:
-    builder = SnapshotBuilder(top_kernels=5)
+    builder = gauged(top_kernels=5)
     reg = publish(builder)
     assert value(reg, md.NVML_UP) == 0.0
     assert value(reg, md.NVML_SM_OCCUPANCY, gpu="0") is None
@@ -229,7 +227,7 @@ def test_long_and_colliding_kernel_names_get_bounded_distinct_labels() -> None:
          "at::detail::Array<char*, 1> >(int)")
     b = ("void at::native::vectorized_elementwise_kernel<4, at::native::AbsFunctor<float>, "
          "at::detail::Array<char*, 2> >(int)")
-    reg = publish(SnapshotBuilder(top_kernels=5), ok(window([kernel(a, 2.0), kernel(b, 1.0)], [device()])))
+    reg = publish(gauged(top_kernels=5), ok(window([kernel(a, 2.0), kernel(b, 1.0)], [device()])))
     labels = {s.labels["kernel"] for fam in reg.collect() if fam.name == md.KERNEL_TIME_SHARE.name
               for s in fam.samples}
     assert labels == {  # the functor tells them apart (warpwatch.names.labels)
@@ -249,7 +247,7 @@ def test_every_family_comes_from_metricdefs_with_its_help() -> None:
 
 
 def test_counters_never_go_back_when_series_are_bounded() -> None:
-    builder = SnapshotBuilder(top_kernels=3, max_counter_series=4)
+    builder = gauged(top_kernels=3, max_counter_series=4)
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for i in range(30):
         reg = publish(builder, ok(window([kernel(f"k{i % 12}", 1.0 + i % 5, samples=2)], [device()])))

@@ -53,13 +53,19 @@ def agent_env() -> dict[str, str]:
     return env
 
 
+GAUGES_ENV = {"WARPWATCH_KERNEL_GAUGES": "1", "WARPWATCH_TOP_KERNELS": "50"}
+"""What the agent tests written before issue 24 check: every per-kernel gauge, the top 50 (flags win
+over these); `defaults=True` runs the agent at its real defaults (test_series_budget)."""
+
+
 class Agent:
     """One agent process; its stderr lines are collected as they come."""
 
-    def __init__(self, *args: str, startup_timeout: float = 20.0) -> None:
+    def __init__(self, *args: str, startup_timeout: float = 20.0, defaults: bool = False) -> None:
         cmd = [sys.executable, "-m", "warpwatch", "run", "--address", "127.0.0.1", "--port", "0", *args]
+        env = agent_env() if defaults else {**agent_env(), **GAUGES_ENV}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=ROOT, env=agent_env())
+                                     cwd=ROOT, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -56,6 +56,11 @@ def ok(analysis: WindowAnalysis, process: str = "p0", seconds: float = 0.01) -> 
     return WindowResult("replay:t", process, "ok", seconds, analysis)
 
 
+def gauged(top_kernels: int, **kwargs: Any) -> SnapshotBuilder:
+    """A builder that exports the per-kernel gauges (opt-in since issue 24: these tests read them)."""
+    return SnapshotBuilder(kernel_gauges=True, top_kernels=top_kernels, **kwargs)
+
+
 def publish(builder: SnapshotBuilder, *results: WindowResult, now: float = 1000.0) -> CollectorRegistry:
     for r in results:
         builder.record(r, now)
@@ -67,3 +72,9 @@ def publish(builder: SnapshotBuilder, *results: WindowResult, now: float = 1000.
 
 def value(registry: CollectorRegistry, m: md.MetricDef, suffix: str = "", **labels: str) -> float | None:
     return registry.get_sample_value(md.exposed_name(m) + suffix, labels)
+
+
+def kernel_seconds(reg: CollectorRegistry, gpu: str = "0") -> dict[str, float]:
+    """Each kernel's `warpwatch_kernel_seconds_total` on one GPU."""
+    return {s.labels["kernel"]: s.value for fam in reg.collect() if fam.name == md.KERNEL_SECONDS.name
+            for s in fam.samples if s.labels["gpu"] == gpu}

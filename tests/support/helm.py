@@ -39,6 +39,7 @@ ALL_CONFIG: dict[str, Any] = {
     "adaptive_window": True,
     "jitter": 2,
     "top_kernels": 20,
+    "kernel_gauges": True,
     "max_gpus": 128,
     "log_level": "debug",
     "log_format": "text",
@@ -56,7 +57,8 @@ ALL_CONFIG: dict[str, Any] = {
 
 ALL_CONFIG_EXPECTED: dict[str, Any] = {
     "source": ("kineto-daemon", "dir:/tmp/warpwatch/extra"), "port": 9100, "period": 90.0, "window": 0.5,
-    "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "max_gpus": 128, "log_level": "debug",
+    "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "kernel_gauges": True,
+    "max_gpus": 128, "log_level": "debug",
     "log_format": "text",
     "allow_high_duty": False,
     "trace_dir": Path("/tmp/traces"), "delete_processed": True, "retention_files": 100,

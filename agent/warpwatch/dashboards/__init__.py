@@ -14,6 +14,7 @@ Output layout (relative to the output folder):
     alerts/warpwatch-prometheusrule.yaml      the same groups as a PrometheusRule object
     alerts/grafana-alerting.yaml              the same alerts in Grafana's file-provisioning format
     alerts/warpwatch-rules.test.yaml          promtool unit tests for the rules
+    alerts/alertmanager.yaml                  Alertmanager grouping and inhibition for these alerts
     runbooks/<alert>.md                       one runbook per alert
     README.md                                 what the folder is and how to rebuild it
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, WarpwatchError
-from . import push, rules, ruletests
+from . import push, routing, rules, ruletests
 from .alerts import alerts
 from .boards import all_queries, dashboards
 from .settings import DEFAULT_SETTINGS, Settings
@@ -53,6 +54,7 @@ RULES_FILE = "alerts/warpwatch-rules.yaml"
 PROMETHEUS_RULE_FILE = "alerts/warpwatch-prometheusrule.yaml"
 GRAFANA_ALERTING_FILE = "alerts/grafana-alerting.yaml"
 RULES_TEST_FILE = "alerts/warpwatch-rules.test.yaml"
+ALERTMANAGER_FILE = "alerts/alertmanager.yaml"
 DATASOURCE_FILE = "provisioning/datasources/warpwatch.yaml"
 DASHBOARD_PROVIDER_FILE = "provisioning/dashboards/warpwatch.yaml"
 
@@ -98,6 +100,7 @@ def render(settings: Settings = DEFAULT_SETTINGS) -> dict[str, str]:
     files[RULES_TEST_FILE] = rules.dump_yaml(
         ruletests.promtool_tests(settings, Path(RULES_FILE).name)
     )
+    files[ALERTMANAGER_FILE] = rules.dump_yaml(routing.alertmanager_config(settings))
     for alert in alerts(settings):
         files[f"runbooks/{alert.slug}.md"] = rules.runbook_markdown(alert, settings)
     files["README.md"] = _readme([*files, "README.md"])

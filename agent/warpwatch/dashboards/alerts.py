@@ -8,12 +8,10 @@ over time (docs/metrics.md, "Aggregation over time and across pods").
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Literal
-
 from ..export import metricdefs as md
 from . import queries as q
+from .alerts_gpu import gpu_degraded
+from .runbook import AlertDef, Runbook, Severity
 from .settings import (
     ALERTED_ARTIFACTS,
     DEFAULT_SETTINGS,
@@ -22,54 +20,7 @@ from .settings import (
     alert_series,
 )
 
-
-@dataclass(frozen=True, slots=True)
-class Runbook:
-    """What a runbook page says beyond the rule itself (which it quotes)."""
-
-    meaning: str
-    impact: str
-    diagnosis: tuple[str, ...]
-    mitigation: tuple[str, ...]
-
-
-Severity = Literal["info", "warning", "critical"]
-
-
-@dataclass(frozen=True, slots=True)
-class AlertDef:
-    """One alert, rendered as a Prometheus rule, a Grafana rule and a runbook.
-
-    `summary` and `description` are Go templates restricted to `{{ $labels.NAME }}`,
-    `{{ printf "%.Nf" $value }}` and `{{ humanizePercentage $value }}`, so the promtool test
-    file can state their exact expansion (see `rules.render_template`).
-    """
-
-    name: str
-    group: str
-    expr: str
-    for_: str
-    severity: Severity
-    summary: str
-    description: str
-    runbook: Runbook
-    thresholds: tuple[tuple[str, str], ...] = ()
-    """(setting, value) pairs the runbook lists, so a reader sees the bounds in force."""
-
-    @property
-    def slug(self) -> str:
-        """Kebab-case name without the project prefix: runbook file stem and Grafana uid tail."""
-        bare = self.name.removeprefix("Warpwatch")
-        return re.sub(r"(?<!^)(?=[A-Z])", "-", bare).lower()
-
-    @property
-    def uid(self) -> str:
-        """Stable Grafana rule uid (at most 40 characters)."""
-        return f"warpwatch-{self.slug}"
-
-    def runbook_url(self, s: Settings) -> str:
-        return f"{s.runbook_url_base}{self.slug}.md"
-
+__all__ = ["AlertDef", "Runbook", "Severity", "alerts"]
 
 GROUP_PROFILER = "warpwatch-profiler"
 GROUP_OCCUPANCY = "warpwatch-occupancy"
@@ -84,18 +35,34 @@ def _sel(s: Settings) -> q.Sel:
     return sel
 
 
-def _degraded_branch(s: Settings, field: str) -> str:
-    """The kernel's mean `field` over the last `degraded_window` against its mean over the baseline
-    window, both as ratios of rates of sums (a mean of per-window means would weight short windows
-    like long ones and skip the windows that missed the kernel)."""
-    num, den = alert_series(s, q.MEAN_COUNTERS[field]), alert_series(s, md.KERNEL_SECONDS)
+def _degraded_branch(s: Settings, field: str, level: q.Level) -> str:
+    """A mean `field` over the last `degraded_window` against its mean over the baseline window,
+    both ratios of recorded rates of sums, averaged over the window (the mean of a rate over a range
+    is the rate over that range; a mean of per-window means would weight short windows like long
+    ones). `level` is `fleet_kernel` (per deployment and kernel) or `pod_gpu` (per GPU: the GPU's
+    occupancy, Σ over its kernels, per observed second)."""
+    num = q.record_series(s, q.MEAN_COUNTERS[field], level)
+    den = q.record_series(s, md.KERNEL_SECONDS if level == "fleet_kernel" else md.GPU_OBSERVED_SECONDS, level)
     base = f"[{s.degraded_baseline_window}] offset {s.degraded_baseline_offset}"
-    now = f"rate({num}[{s.degraded_window}]) / rate({den}[{s.degraded_window}])"
-    baseline = f"(rate({num}{base}) / rate({den}{base}))"
+    now = f"avg_over_time({num}[{s.degraded_window}]) / avg_over_time({den}[{s.degraded_window}])"
+    baseline = f"(avg_over_time({num}{base}) / avg_over_time({den}{base}))"
     return (
         f"(\n    ({now})\n      / {baseline}\n    < {s.degraded_ratio}\n"
         f"  and\n    count_over_time({den}{base}) >= {s.degraded_min_samples}\n  )"
     )
+
+
+INHIBITIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("WarpwatchGpuOccupancyDegraded", "WarpwatchKernelOccupancyDegraded", ("namespace", "deployment")),
+    ("WarpwatchWindowTooShort", "WarpwatchOccupancyDisagreesWithNvml", ("namespace", "pod", "gpu")),
+    ("WarpwatchNoRecentWindow", "WarpwatchWindowsFailing", ("namespace", "pod")),
+)
+"""(source, target, equal labels): while the source fires, Alertmanager holds back the target with
+the same labels (one cause implies the other: a degraded GPU degrades its kernels; kernels longer
+than the window make the estimate disagree with NVML; an agent that finishes no window fails them).
+`rules.alertmanager_config` renders them."""
+NOTIFY_GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "deployment")
+"""What one notification groups: one alert kind in one deployment, what an on-call person acts on."""
 
 
 def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
@@ -104,12 +71,19 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
     windows = alert_series(s, md.WINDOWS)
     failing = alert_series(s, md.WINDOWS, FAILING_MATCHER)
     pct_share = f"{s.degraded_min_time_share:.0%}"
-    observed = alert_series(s, md.GPU_OBSERVED_SECONDS)
-    share_now = (f"rate({alert_series(s, md.KERNEL_SECONDS)}[{s.degraded_window}])\n    / ignoring (kernel) "
-                 f"group_left rate({observed}[{s.degraded_window}])")
-    occupancy = (f"sum without (kernel) (rate({alert_series(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS)}"
-                 f"[{s.nvml_window}]))\n    / rate({observed}[{s.nvml_window}])")
-    busy = f"rate({alert_series(s, md.GPU_BUSY_SECONDS)}[{s.short_window}])\n      / rate({observed}[{s.short_window}])"
+    on = ", ".join(s.fleet)
+    share_now = (f"avg_over_time({q.record_series(s, md.KERNEL_SECONDS, 'fleet_kernel')}[{s.degraded_window}])"
+                 f"\n    / on ({on}) group_left\n    "
+                 f"avg_over_time({q.record_series(s, md.GPU_OBSERVED_SECONDS, 'fleet')}[{s.degraded_window}])")
+    gpu_observed = q.record_series(s, md.GPU_OBSERVED_SECONDS, "pod_gpu")
+    occupancy = (f"avg_over_time({q.record_series(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'pod_gpu')}"
+                 f"[{s.nvml_window}])\n    / avg_over_time({gpu_observed}[{s.nvml_window}])")
+    gpu_keep = ", ".join(q.pod_gpu_labels(s))
+    nvml = f"max by ({gpu_keep}) (avg_over_time({alert_series(s, md.NVML_SM_OCCUPANCY)}[{s.nvml_window}]))"
+    longest = f"max by ({gpu_keep}) (max_over_time({alert_series(s, md.GPU_LONGEST_KERNEL_RATIO)}[{s.short_window}]))"
+    nvml_util = f"max by ({gpu_keep}) (avg_over_time({alert_series(s, md.NVML_GPU_UTILIZATION)}[{s.short_window}]))"
+    busy = (f"avg_over_time({q.record_series(s, md.GPU_BUSY_SECONDS, 'pod_gpu')}[{s.short_window}])"
+            f"\n      / avg_over_time({gpu_observed}[{s.short_window}])")
     return (
         AlertDef(
             name="WarpwatchProfilerArtifacts",
@@ -162,22 +136,25 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
             group=GROUP_OCCUPANCY,
             expr=(
                 "(\n  "
-                + _degraded_branch(s, "estimated_occupancy")
+                + _degraded_branch(s, "estimated_occupancy", "fleet_kernel")
                 + "\n  or\n  "
-                + _degraded_branch(s, "resident_warps_per_sm")
+                + _degraded_branch(s, "resident_warps_per_sm", "fleet_kernel")
                 + f"\n)\nand\n  (\n    {share_now}\n  ) > {s.degraded_min_time_share}"
             ),
             for_=s.degraded_for,
             severity="warning",
-            summary="{{ $labels.kernel }} on GPU {{ $labels.gpu }} runs at "
+            summary="{{ $labels.kernel }} in {{ $labels.namespace }}/{{ $labels.deployment }} runs at "
             '{{ printf "%.2f" $value }}x its usual occupancy',
             description=(
                 "Mean estimated occupancy (resident warps per SM where occupancy is unknown) of "
-                f"{{{{ $labels.kernel }}}} on GPU {{{{ $labels.gpu }}}} over the last {s.degraded_window} is "
+                f"{{{{ $labels.kernel }}}} over every GPU of {{{{ $labels.namespace }}}}/{{{{ $labels.deployment }}}} "
+                f"over the last {s.degraded_window} is "
                 '{{ printf "%.2f" $value }} times its '
                 f"mean over the {s.degraded_baseline_window} ending {s.degraded_baseline_offset} ago "
                 f"(bound {s.degraded_ratio}), and the kernel still takes more than {pct_share} of the "
-                "GPU's time."
+                "deployment's GPU time. One alert per deployment and kernel; held back while "
+                "WarpwatchGpuOccupancyDegraded fires in the same deployment (a faulty GPU degrades all its "
+                "kernels)."
             ),
             thresholds=(
                 ("degraded_window", s.degraded_window),
@@ -211,12 +188,12 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 ),
             ),
         ),
+        gpu_degraded(s, _degraded_branch(s, "estimated_occupancy", "pod_gpu")),
         AlertDef(
             name="WarpwatchOccupancyDisagreesWithNvml",
             group=GROUP_OCCUPANCY,
             expr=(
-                f"abs(\n  (\n    {occupancy}\n  )\n  - avg_over_time({alert_series(s, md.NVML_SM_OCCUPANCY)}"
-                f"[{s.nvml_window}])\n) > {s.nvml_max_difference}"
+                f"abs(\n  (\n    {occupancy}\n  )\n  - {nvml}\n) > {s.nvml_max_difference}"
             ),
             for_=s.nvml_for,
             severity="warning",
@@ -257,10 +234,9 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
             name="WarpwatchWindowTooShort",
             group=GROUP_COVERAGE,
             expr=(
-                "label_replace(\n  max_over_time("
-                f"{alert_series(s, md.GPU_LONGEST_KERNEL_RATIO)}[{s.short_window}]) >= {s.short_max_kernel_ratio},"
-                '\n  "evidence", "long_kernels", "", ""\n)\nor\nlabel_replace(\n  (\n    avg_over_time('
-                f"{alert_series(s, md.NVML_GPU_UTILIZATION)}[{s.short_window}])\n    - ({busy})\n  )"
+                f"label_replace(\n  {longest} >= {s.short_max_kernel_ratio},"
+                '\n  "evidence", "long_kernels", "", ""\n)\nor\nlabel_replace(\n  (\n    '
+                f"{nvml_util}\n    - ({busy})\n  )"
                 f' > {s.short_max_nvml_gap},\n  "evidence", "nvml_busier", "", ""\n)'
             ),
             for_=s.short_for,

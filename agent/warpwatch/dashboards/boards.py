@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..export import metricdefs as md
 from . import queries as q
 from .alerts import alerts
+from .fleet import fleet
 from .health import agent_health, artifacts
 from .panels import (
     COUNT,
@@ -40,11 +41,23 @@ def _sel(s: Settings, scope: Scope) -> q.Sel:
     return sel
 
 
-def _overview(s: Settings) -> DashboardDef:
-    g = _sel(s, "gpu")
+GPU_MATCHERS = ('namespace=~"$namespace"', 'pod=~"$pod"', 'gpu=~"$gpu"')
+POD_MATCHERS = ('namespace=~"$namespace"', 'pod=~"$pod"')
+FLEET_MATCHERS = ('namespace=~"$namespace"', 'deployment=~"$deployment"')
 
+
+def _gpu_ratio(s: Settings, num: md.MetricDef) -> str:
+    """A per-GPU counter per observed second, from the per-pod tier's records."""
+    return q.record_ratio(s, num, "pod_gpu", md.GPU_OBSERVED_SECONDS, "pod_gpu", GPU_MATCHERS)
+
+
+def _overview(s: Settings) -> DashboardDef:
     def gauge(metric: md.MetricDef) -> str:
         return dashboard_series(s, metric, "gpu")
+
+    pod = (*s.fleet, "pod")
+    pod_share = q.record_ratio(s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu",
+                               POD_MATCHERS, RANGE, on=pod, den_by=pod)
 
     return DashboardDef(
         uid="warpwatch-overview",
@@ -59,7 +72,7 @@ def _overview(s: Settings) -> DashboardDef:
                 "Resident warps per SM / the SM's maximum, averaged over the time the GPU was watched "
                 "(idle and empty windows count as zero): rate of Σ corrected kernel time x estimated "
                 "occupancy over rate of observed seconds.",
-                PERCENT, (Query(q.gpu_occupancy(g, RATE), GPU_LEGEND),), min=0, max=1,
+                PERCENT, (Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND),), min=0, max=1,
             ),
             PanelDef(
                 "timeseries", "Estimated vs NVML GPM SM occupancy",
@@ -68,7 +81,7 @@ def _overview(s: Settings) -> DashboardDef:
                 "the window holds its kernels.",
                 PERCENT,
                 (
-                    Query(q.gpu_occupancy(g, RATE), GPU_LEGEND + " estimated"),
+                    Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND + " estimated"),
                     Query(f"avg_over_time({gauge(md.NVML_SM_OCCUPANCY)}[{RATE}])", GPU_LEGEND + " NVML GPM"),
                 ),
                 min=0, max=1,
@@ -76,7 +89,7 @@ def _overview(s: Settings) -> DashboardDef:
             PanelDef(
                 "timeseries", "Resident warps per SM per GPU",
                 "Average warps resident on an SM over the watched time, all kernels and streams together.",
-                COUNT, (Query(q.gpu_ratio(g, md.GPU_RESIDENT_WARPS_SECONDS, RATE), GPU_LEGEND),), min=0,
+                COUNT, (Query(_gpu_ratio(s, md.GPU_RESIDENT_WARPS_SECONDS), GPU_LEGEND),), min=0,
             ),
             PanelDef(
                 "timeseries", "Busy ratio vs NVML utilisation",
@@ -85,7 +98,7 @@ def _overview(s: Settings) -> DashboardDef:
                 "estimate: kernels longer than the window are being missed.",
                 PERCENT,
                 (
-                    Query(q.gpu_ratio(g, md.GPU_BUSY_SECONDS, RATE), GPU_LEGEND + " busy"),
+                    Query(_gpu_ratio(s, md.GPU_BUSY_SECONDS), GPU_LEGEND + " busy"),
                     Query(f"avg_over_time({gauge(md.NVML_GPU_UTILIZATION)}[{RATE}])",
                           GPU_LEGEND + " NVML utilisation"),
                 ),
@@ -93,12 +106,12 @@ def _overview(s: Settings) -> DashboardDef:
             ),
             PanelDef(
                 "bargauge", "Top kernels by time share",
-                "The 10 kernels with the largest share of their GPU's watched time over the selected "
-                "range: rate of the kernel's corrected seconds over rate of the GPU's observed seconds "
-                "(kernels outside the top-K are summed into `other`).",
+                "The 10 kernels with the largest share of the pod's watched GPU time over the selected "
+                "range (the pod's GPUs together): recorded rate of the kernel's corrected seconds over "
+                "recorded rate of the GPUs' observed seconds (kernels outside the top-K are summed into "
+                "`other`). Per GPU: the *Kernels* dashboard.",
                 PERCENT,
-                (Query(f"topk(10,\n{q.time_share(g, RANGE)}\n)", "{{kernel}} ({{pod}} GPU {{gpu}})",
-                       instant=True),),
+                (Query(f"topk(10,\n{pod_share}\n)", "{{kernel}} ({{pod}})", instant=True),),
                 height=10, min=0, max=1,
             ),
             PanelDef(
@@ -110,8 +123,8 @@ def _overview(s: Settings) -> DashboardDef:
                 "WarpwatchWindowTooShort).",
                 PERCENT,
                 (
-                    Query(q.gpu_ratio(g, md.GPU_EMPTY_SECONDS, RATE), GPU_LEGEND + " empty windows"),
-                    Query(q.gpu_ratio(g, md.GPU_LOW_CONFIDENCE_SECONDS, RATE), GPU_LEGEND + " low confidence"),
+                    Query(_gpu_ratio(s, md.GPU_EMPTY_SECONDS), GPU_LEGEND + " empty windows"),
+                    Query(_gpu_ratio(s, md.GPU_LOW_CONFIDENCE_SECONDS), GPU_LEGEND + " low confidence"),
                     Query(f"max_over_time({gauge(md.GPU_LONGEST_KERNEL_RATIO)}[{RATE}])",
                           GPU_LEGEND + " longest kernel / window"),
                 ),
@@ -221,22 +234,23 @@ def _kernels(s: Settings) -> DashboardDef:
                 PER_SECOND, (Query(q.launch_rate(k, RATE), KERNEL_LEGEND),), min=0,
             ),
             table_panel(
-                f"Kernels: {NOW}",
-                "The last round's values per kernel, for a glance at the present only: one window "
-                "holds few launches of long kernels and none of kernels it missed. Never average these "
-                "over time; the panels above are the trends.",
+                f"Kernels: last {s.recording_window}",
+                f"Per kernel over the last {s.recording_window} (at least two capture periods), for a "
+                "glance at the present: the same ratios of rates as above over a short fixed range. "
+                "Few launches of long kernels fall in it. The last round's gauges themselves are opt-in "
+                "(`--kernel-gauges`).",
                 (
-                    (gauge(md.KERNEL_TIME_SHARE), "Time share (last window)", PERCENT),
-                    (gauge(md.KERNEL_LAUNCH_RATE), "Launches/s (last window)", PER_SECOND),
-                    (gauge(md.KERNEL_WARPS_PER_SM), "Warps/SM (last window)", COUNT),
-                    (gauge(md.KERNEL_RESIDENT_WARPS_PER_SM), "Resident warps/SM (last window)", COUNT),
-                    (gauge(md.KERNEL_THEORETICAL_OCCUPANCY), "Theoretical occupancy (last window)", PERCENT),
-                    (gauge(md.KERNEL_ESTIMATED_OCCUPANCY), "Estimated occupancy (last window)", PERCENT),
-                    (gauge(md.KERNEL_WAVES_PER_SM), "Waves per SM (last window)", COUNT),
+                    (q.time_share(k, s.recording_window), "Time share", PERCENT),
+                    (q.launch_rate(k, s.recording_window), "Launches/s", PER_SECOND),
+                    (mean("warps_per_sm", s.recording_window), "Warps/SM", COUNT),
+                    (mean("resident_warps_per_sm", s.recording_window), "Resident warps/SM", COUNT),
+                    (mean("theoretical_occupancy", s.recording_window), "Theoretical occupancy", PERCENT),
+                    (mean("estimated_occupancy", s.recording_window), "Estimated occupancy", PERCENT),
+                    (mean("waves_per_sm", s.recording_window), "Waves per SM", COUNT),
                 ),
                 height=8,
                 keep_labels=("namespace", "pod", "gpu", "kernel"),
-                sort_by="Time share (last window)",
+                sort_by="Time share",
             ),
         ),
     )
@@ -244,7 +258,7 @@ def _kernels(s: Settings) -> DashboardDef:
 
 def dashboards(s: Settings = DEFAULT_SETTINGS) -> tuple[DashboardDef, ...]:
     """Every dashboard, in the order they are listed."""
-    return (_overview(s), _kernels(s), artifacts(s), agent_health(s))
+    return (fleet(s), _overview(s), _kernels(s), artifacts(s), agent_health(s))
 
 
 def all_queries(s: Settings = DEFAULT_SETTINGS, *, substitute: bool = True) -> list[tuple[str, str]]:

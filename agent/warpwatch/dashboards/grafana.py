@@ -140,7 +140,7 @@ def _templating(dash: DashboardDef, s: Settings) -> Any:
         variables.append(G.Template(
             name=var.name, label=var.label, type="query", dataSource=dict(DATASOURCE),
             query=f"label_values({variable_selector(s, var)}, {var.name})",
-            includeAll=True, multi=True, allValue=".*", refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
+            includeAll=False, multi=True, refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
             sort=G.SORT_ALPHA_ASC,
         ))
     return G.Templating(list=variables)
@@ -155,7 +155,9 @@ def _modernise(data: dict[str, Any], s: Settings) -> dict[str, Any]:
         if var["type"] == "datasource":
             var["current"] = {"selected": True, "text": s.datasource_name, "value": s.datasource_uid}
         else:
-            var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
+            # No All: with no current value Grafana selects the first item, the one pod (GPU, kernel)
+            # a person looks at; several or all are a deliberate choice in the picker.
+            var["current"] = {}
             var["definition"] = var["query"]
         var["options"] = []
         var["regex"] = ""
@@ -164,6 +166,9 @@ def _modernise(data: dict[str, Any], s: Settings) -> dict[str, Any]:
     for panel in data["panels"]:
         # Let Grafana size queries to the panel's width (grafanalib pins 100 points).
         panel.pop("maxDataPoints", None)
+        if panel.get("targets"):
+            # At least two capture periods per step, so $__rate_interval spans two increments.
+            panel["interval"] = s.min_interval
         for key in [k for k, v in panel.items() if v is None]:
             del panel[key]
         for target in panel.get("targets", []):
@@ -239,7 +244,10 @@ def datasource_provisioning(s: Settings) -> dict[str, Any]:
             "url": s.prometheus_url,
             "isDefault": False,
             "editable": False,
-            "jsonData": {"httpMethod": "POST", "timeInterval": "30s"},
+            # prometheusVersion: Grafana asks the label-values API (match[]) for variables instead of
+            # downloading every matching series.
+            "jsonData": {"httpMethod": "POST", "timeInterval": "30s", "prometheusType": "Prometheus",
+                         "prometheusVersion": s.prometheus_version},
         }],
     }
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..export import metricdefs as md
+from .queries import Level, record_series
 from .settings import DASHBOARD_VARIABLE_DEFAULTS, Scope, Settings, dashboard_series
 
 
@@ -71,7 +72,7 @@ def table_panel(title: str, description: str, cells: Sequence[tuple[str, str | N
                     keep_labels=keep_labels, sort_by=sort_by)
 
 
-Variable = Literal["namespace", "pod", "gpu", "kernel"]
+Variable = Literal["namespace", "deployment", "pod", "gpu", "kernel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +83,14 @@ class VariableDef:
     label: str
     metric: md.MetricDef
     scope: Scope
+    level: Level | None = None
+    """Read the values from this tier's record of `metric` instead of the raw series (the fleet board)."""
 
 
 VARIABLES: dict[str, VariableDef] = {
     "namespace": VariableDef("namespace", "Namespace", md.BUILD_INFO, "none"),
+    "deployment": VariableDef("deployment", "Deployment", md.GPU_OBSERVED_SECONDS, "none",
+                              level="fleet"),
     "pod": VariableDef("pod", "Pod", md.BUILD_INFO, "none"),
     "gpu": VariableDef("gpu", "GPU", md.GPU_OBSERVED_SECONDS, "agent"),
     "kernel": VariableDef("kernel", "Kernel", md.KERNEL_SECONDS, "gpu"),
@@ -93,8 +98,11 @@ VARIABLES: dict[str, VariableDef] = {
 
 
 def variable_selector(s: Settings, var: VariableDef) -> str:
-    """The series selector of a variable's `label_values(...)` query."""
-    extra = ('namespace=~"$namespace"',) if var.name == "pod" else ()
+    """The series selector of a variable's `label_values(...)` query (Grafana asks the label-values
+    API with it as `match[]` when the datasource names its Prometheus version)."""
+    extra = ('namespace=~"$namespace"',) if var.name in ("pod", "deployment") else ()
+    if var.level is not None:
+        return record_series(s, var.metric, var.level, *extra)
     return dashboard_series(s, var.metric, var.scope, *extra)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ..export import metricdefs as md
 from .settings import Settings, series
@@ -81,73 +82,125 @@ def gpu_occupancy(sel: Sel, rng: str, by: Sequence[str] = GPU) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Recording rules for the fleet view
+# Recording rules, two tiers
+#
+# Tier 1 (`GROUP_POD`, per pod and GPU) reads raw series only, and only the series of one pod per
+# output: any Prometheus shard that scrapes a pod evaluates them. Tier 2 (`GROUP_FLEET`) reads tier
+# 1's outputs only: a global Prometheus that federates (or receives) the `pod_*:` records evaluates
+# it. Every record is a sum of rates, correct under any further `sum by`; the `:ratio` records are
+# for reading only, never to sum or average.
 
 
 @dataclass(frozen=True, slots=True)
 class RecordingDef:
-    """One recording rule: `record` = `expr`."""
+    """One recording rule: `record` = `expr`, in rule group `group`."""
 
     record: str
     expr: str
     help: str
+    group: str = ""
 
 
-GROUP_RECORDING = "warpwatch-recording"
+GROUP_POD = "warpwatch-pod"
+GROUP_FLEET = "warpwatch-fleet"
+GROUPS_RECORDING = (GROUP_POD, GROUP_FLEET)
 
-FLEET_RATES: tuple[tuple[md.MetricDef, bool], ...] = (
-    (md.GPU_OBSERVED_SECONDS, False),
-    (md.GPU_BUSY_SECONDS, False),
-    (md.GPU_RESIDENT_WARPS_SECONDS, False),
-    (md.GPU_EMPTY_SECONDS, False),
-    (md.KERNEL_SECONDS, True),
-    (md.KERNEL_LAUNCHES_ESTIMATED, True),
-    *((m, True) for m in MEAN_COUNTERS.values()),
+GPU_RATES: tuple[md.MetricDef, ...] = (
+    md.GPU_OBSERVED_SECONDS, md.GPU_BUSY_SECONDS, md.GPU_RESIDENT_WARPS_SECONDS, md.GPU_EMPTY_SECONDS,
+    md.GPU_LOW_CONFIDENCE_SECONDS, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS,
 )
-"""(counter, per kernel): the rates the fleet rules record."""
+"""Rates recorded per GPU (tier 1: `pod_gpu:`); the kernels' estimated-occupancy seconds summed over
+kernels are the GPU's occupancy numerator."""
+KERNEL_RATES: tuple[md.MetricDef, ...] = (
+    md.KERNEL_SECONDS, md.KERNEL_LAUNCHES_ESTIMATED, *MEAN_COUNTERS.values(),
+)
+"""Rates recorded per pod and kernel (tier 1: `pod_kernel:`, the pod's GPUs summed)."""
+
+Level = Literal["pod_gpu", "pod_kernel", "fleet", "fleet_kernel"]
 
 
-def rate_record(s: Settings, metric: md.MetricDef, per_kernel: bool) -> str:
-    """Name of the recorded fleet rate of `metric` (`level:metric:operation`)."""
-    level = "fleet_kernel" if per_kernel else "fleet"
+def rate_record(s: Settings, metric: md.MetricDef, level: Level) -> str:
+    """Name of a recorded rate of `metric` (`level:metric:operation`)."""
     return f"{level}:{md.exposed_name(metric)}:rate{s.recording_window}"
 
 
-def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
-    """Fleet rates summed by `Settings.fleet` (and `kernel`), then the ratios read from them.
+def record_series(s: Settings, metric: md.MetricDef, level: Level, *matchers: str) -> str:
+    """A selector of a recorded rate, with matchers."""
+    inner = ", ".join(m for m in matchers if m)
+    name = rate_record(s, metric, level)
+    return f"{name}{{{inner}}}" if inner else name
 
-    The recorded rates stay correct under any further `sum by`: sum them, then divide (a fleet's
-    time share is sum of kernel seconds rates / sum of observed seconds rates). The `:ratio`
-    records are for reading only; never sum or average them.
-    """
+
+def pod_gpu_labels(s: Settings) -> tuple[str, ...]:
+    """Labels of tier-1 GPU records: the fleet labels, then pod and gpu."""
+    return (*s.fleet, *(x for x in ("pod", "gpu") if x not in s.fleet))
+
+
+def pod_kernel_labels(s: Settings) -> tuple[str, ...]:
+    return (*s.fleet, *(x for x in ("pod", "kernel") if x not in s.fleet))
+
+
+def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
+    """Tier 1 from raw series, tier 2 from tier 1, then the fleet ratios (module section above)."""
     def sel(metric: md.MetricDef) -> str:
         return series(metric, s.selector)
 
-    fleet = s.fleet
-    out = [
-        RecordingDef(
-            rate_record(s, metric, per_kernel),
-            rate_sum(sel, metric, s.recording_window, (*fleet, "kernel") if per_kernel else fleet),
-            f"rate of {md.exposed_name(metric)} summed by {', '.join(fleet)}{', kernel' if per_kernel else ''}",
-        )
-        for metric, per_kernel in FLEET_RATES
-    ]
-    observed = rate_record(s, md.GPU_OBSERVED_SECONDS, False)
-    kernel_seconds = rate_record(s, md.KERNEL_SECONDS, True)
-    on = _labels(fleet)
     w = s.recording_window
+    fleet = s.fleet
+    on = _labels(fleet)
+    out = [
+        RecordingDef(rate_record(s, m, "pod_gpu"), rate_sum(sel, m, w, pod_gpu_labels(s)),
+                     f"rate of {md.exposed_name(m)} per GPU", GROUP_POD)
+        for m in GPU_RATES
+    ]
+    out += [
+        RecordingDef(rate_record(s, m, "pod_kernel"), rate_sum(sel, m, w, pod_kernel_labels(s)),
+                     f"rate of {md.exposed_name(m)} per pod and kernel", GROUP_POD)
+        for m in KERNEL_RATES
+    ]
+    out += [
+        RecordingDef(rate_record(s, m, "fleet"), f"sum by ({on}) ({rate_record(s, m, 'pod_gpu')})",
+                     f"rate of {md.exposed_name(m)} summed by {on}", GROUP_FLEET)
+        for m in GPU_RATES
+    ]
+    out += [
+        RecordingDef(rate_record(s, m, "fleet_kernel"),
+                     f"sum by ({on}, kernel) ({rate_record(s, m, 'pod_kernel')})",
+                     f"rate of {md.exposed_name(m)} summed by {on}, kernel", GROUP_FLEET)
+        for m in KERNEL_RATES
+    ]
+    observed = rate_record(s, md.GPU_OBSERVED_SECONDS, "fleet")
+    kernel_seconds = rate_record(s, md.KERNEL_SECONDS, "fleet_kernel")
     out += [
         RecordingDef(f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}",
                      f"{kernel_seconds}\n  / on ({on}) group_left\n{observed}",
-                     "share of the fleet's observed GPU time spent in each kernel"),
+                     "share of the fleet's observed GPU time spent in each kernel", GROUP_FLEET),
         RecordingDef(f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}",
-                     f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, True)}\n  / {kernel_seconds}",
-                     "each kernel's duration-weighted mean estimated occupancy over the fleet"),
+                     f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'fleet_kernel')}\n  / {kernel_seconds}",
+                     "each kernel's duration-weighted mean estimated occupancy over the fleet", GROUP_FLEET),
         RecordingDef(f"fleet:warpwatch_gpu_busy:ratio_rate{w}",
-                     f"{rate_record(s, md.GPU_BUSY_SECONDS, False)}\n  / {observed}",
-                     "busy share of the fleet's observed GPU time"),
+                     f"{rate_record(s, md.GPU_BUSY_SECONDS, 'fleet')}\n  / {observed}",
+                     "busy share of the fleet's observed GPU time", GROUP_FLEET),
         RecordingDef(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}",
-                     f"sum by ({on}) ({rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, True)})\n  / {observed}",
-                     "time-averaged estimated occupancy of the fleet's GPUs"),
+                     f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'fleet')}\n  / {observed}",
+                     "time-averaged estimated occupancy of the fleet's GPUs", GROUP_FLEET),
     ]
     return tuple(out)
+
+
+def record_ratio(s: Settings, num: md.MetricDef, num_level: Level, den: md.MetricDef, den_level: Level,
+                 matchers: Sequence[str], rng: str = "", on: Sequence[str] = (),
+                 den_by: Sequence[str] = ()) -> str:
+    """Recorded rate of `num` over recorded rate of `den` (panels and alerts read the tiers, not raw
+    series). With `rng`, both are averaged over it first (the mean of a rate over a range is the rate
+    over that range). `on`: the denominator's labels, where the numerator has more (`kernel`);
+    `den_by`: sum the denominator by these first (a pod's GPUs together)."""
+    def side(metric: md.MetricDef, level: Level) -> str:
+        sel = record_series(s, metric, level, *matchers)
+        return f"avg_over_time({sel}[{rng}])" if rng else sel
+    n, d = side(num, num_level), side(den, den_level)
+    if den_by:
+        d = f"sum by ({_labels(den_by)}) ({d})"
+    if on:
+        return f"{n}\n  / on ({_labels(on)}) group_left\n{d}"
+    return f"{n}\n  / {d}"

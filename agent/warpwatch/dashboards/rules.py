@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from .alerts import GROUPS, AlertDef, alerts
-from .queries import GROUP_RECORDING, recording_rules
+from .queries import GROUPS_RECORDING, recording_rules
 from .settings import Settings, duration_seconds
 
 GENERATED_HEADER = (
@@ -102,13 +102,13 @@ def _annotations(alert: AlertDef, s: Settings) -> dict[str, str]:
 
 
 def prometheus_groups(s: Settings) -> list[dict[str, Any]]:
-    """Rule groups in Prometheus's rule file format: the fleet recording rules, then the alerts in
-    `GROUPS` order."""
-    recording = {
-        "name": GROUP_RECORDING,
-        "interval": s.rule_interval,
-        "rules": [{"record": r.record, "expr": r.expr} for r in recording_rules(s)],
-    }
+    """Rule groups in Prometheus's rule file format: the recording tiers (per pod, then fleet;
+    groups run concurrently, so a tier reads the other's last evaluation), then the alerts in `GROUPS` order."""
+    recording = [
+        {"name": group, "interval": s.rule_interval,
+         "rules": [{"record": r.record, "expr": r.expr} for r in recording_rules(s) if r.group == group]}
+        for group in GROUPS_RECORDING
+    ]
     by_group: dict[str, list[dict[str, Any]]] = {g: [] for g in GROUPS}
     for alert in alerts(s):
         duration_seconds(alert.for_)  # validates
@@ -119,7 +119,7 @@ def prometheus_groups(s: Settings) -> list[dict[str, Any]]:
             "labels": {"severity": alert.severity},
             "annotations": _annotations(alert, s),
         })
-    return [recording, *({"name": g, "interval": s.rule_interval, "rules": rules} for g, rules in by_group.items())]
+    return [*recording, *({"name": g, "interval": s.rule_interval, "rules": rules} for g, rules in by_group.items())]
 
 
 def rules_file(s: Settings) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ..model import ARTIFACT_KINDS
 from . import queries as q
 from .alerts import AlertDef, alerts
 from .rules import _annotations, render_template
+from .ruletests_recording import recording_test
 from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration, series
 
 STEP_S = 60
@@ -107,16 +108,20 @@ def _input(metric: md.MetricDef, labels: Mapping[str, str]) -> str:
     return series(metric, *(f'{k}="{v}"' for k, v in sorted(labels.items())))
 
 
-AGENT = {"namespace": "ml", "pod": "train-0"}
+AGENT = {"namespace": "ml", "deployment": "llm", "pod": "llm-0"}
+"""What the chart's ServiceMonitor attaches to every target from the pod (namespace, pod, and
+deployment from `app.kubernetes.io/instance`), plus what any scrape attaches (job, instance)."""
+SCRAPE = {"job": "warpwatch", "instance": "10.0.0.7:9946", "container": "warpwatch"}
 
 
 def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     window, hold = _minutes(s.artifact_window), _minutes(alert.for_)
     t = max(window, hold) + 5
-    base = {**_selector_labels(s), **AGENT}
+    base = {**_selector_labels(s), **AGENT, **SCRAPE}
     per_min = 2
     places = ({"gpu": "0", "kernel": "gemm_bf16"}, {"gpu": "1", "kernel": "flash_attn_fwd"})
-    fires = tuple(Firing({**AGENT, "artifact": kind}, per_min * window * len(places)) for kind in ALERTED_ARTIFACTS)
+    pod = {"namespace": AGENT["namespace"], "pod": AGENT["pod"]}
+    fires = tuple(Firing({**pod, "artifact": kind}, per_min * window * len(places)) for kind in ALERTED_ARTIFACTS)
     quiet_kinds = [k for k in ARTIFACT_KINDS if k not in ALERTED_ARTIFACTS]
 
     def inputs(kinds: list[str] | tuple[str, ...], values: str) -> tuple[tuple[str, str], ...]:
@@ -138,9 +143,11 @@ def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     ]
 
 
-def _degraded_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) -> list[Scenario]:
     """Counters of one kernel: 6 s of kernel time per minute (0.1 of the 60 s observed), its
-    Σh·d·x growing at x times that; x drops by a factor at `drop_at`."""
+    Σh·d·x growing at x times that; x drops by a factor at `drop_at`. The alert reads the recorded
+    rates (both tiers run in the test); it fires per deployment and kernel, or with `per_gpu`
+    (WarpwatchGpuOccupancyDegraded) per GPU."""
     baseline_min = _minutes(s.degraded_baseline_window)
     offset_min = _minutes(s.degraded_baseline_offset)
     now_min = _minutes(s.degraded_window)
@@ -153,8 +160,11 @@ def _degraded_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
             f"shorter than degraded_baseline_offset {s.degraded_baseline_offset}: otherwise the drop enters "
             "its own baseline before it fires"
         )
-    gpu = {**_selector_labels(s), **AGENT, "gpu": "0"}
+    gpu = {**_selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
     labels = {**gpu, "kernel": "flash_attn_fwd"}
+    fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
+    gpu_fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
+    fired = gpu_fired if per_gpu else {**fleet, "kernel": "flash_attn_fwd"}
     occ, warps = 0.6, 38.4
     low = math.floor(s.degraded_ratio * 80) / 100  # well below the bound, away from rounding ties
     near = round((s.degraded_ratio + 1) / 2, 2)  # a drop, but above the bound
@@ -173,20 +183,35 @@ def _degraded_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
     observed = (_input(md.GPU_OBSERVED_SECONDS, gpu), ramp((60, n - 1)))
     est, res = md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS
-    # Baseline of N-1 samples: the series start late enough that its window holds one too few.
-    start = t - offset_min - s.degraded_min_samples + 2
+    # Baseline of N-1 recorded samples: the series start late enough that its window holds one
+    # too few (a recorded rate exists from the raw series' second sample).
+    start = t - offset_min - s.degraded_min_samples + 1
     if not 0 < start < drop_at:
         raise ConfigError(f"degraded_min_samples {s.degraded_min_samples} does not fit the baseline window")
+    busy = (_input(md.GPU_BUSY_SECONDS, gpu), ramp((60 * min(1.0, s.degraded_min_time_share * 2), n - 1)))
+    quiet_busy = (_input(md.GPU_BUSY_SECONDS, gpu), ramp((quiet_per_min, n - 1)))
+    if per_gpu:
+        return [
+            Scenario("the GPU's occupancy drops: one alert for the GPU, value = now / baseline",
+                     (dropping(est, occ, low), seconds(kernel_per_min), observed, busy), t, (Firing(fired, low),)),
+            Scenario("near miss: a drop that stays above the bound",
+                     (dropping(est, occ, near), seconds(kernel_per_min), observed, busy), t),
+            Scenario("near miss: the GPU is busy too little",
+                     (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed, quiet_busy), t),
+            Scenario("near miss: one sample too few in the baseline",
+                     (dropping(est, occ, low, missing=start), seconds(kernel_per_min, missing=start),
+                      (observed[0], ramp((60, n - 1 - start), missing=start)), busy), t),
+        ]
     return [
         Scenario(
-            "occupancy and resident warps both drop: one alert, value = now / baseline",
+            "occupancy and resident warps both drop: one alert per deployment and kernel, value = now / baseline",
             (dropping(est, occ, low), dropping(res, warps, low), seconds(kernel_per_min), observed),
-            t, (Firing(labels, low),),
+            t, (Firing(fired, low),),
         ),
         Scenario(
             "resident warps drop where occupancy is unknown",
             (dropping(res, warps, low), seconds(kernel_per_min), observed),
-            t, (Firing(labels, low),),
+            t, (Firing(fired, low),),
         ),
         Scenario("near miss: a drop that stays above the bound",
                  (dropping(est, occ, near), seconds(kernel_per_min), observed), t),
@@ -201,7 +226,8 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     """Two kernels whose Σh·d·estimated_occupancy grow by 30 and 18 per 60 observed seconds: the
     GPU's occupancy is 0.8 (the sum over its kernels per observed second)."""
     t = _minutes(s.nvml_window) + _minutes(alert.for_) + 10
-    labels = {**_selector_labels(s), **AGENT, "gpu": "0"}
+    labels = {**_selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
+    fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
     ours = 0.8
     far = round(max(0.0, ours - 1.6 * s.nvml_max_difference), 6)
     close = round(ours - 0.8 * s.nvml_max_difference, 6)
@@ -211,7 +237,7 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     nvml = _input(md.NVML_SM_OCCUPANCY, labels)
     return [
         Scenario("estimate far above NVML", (*est, observed, (nvml, gauge((far, t + 1)))), t,
-                 (Firing(labels, abs(ours - far)),)),
+                 (Firing(fired, abs(ours - far)),)),
         Scenario("near miss: within the bound", (*est, observed, (nvml, gauge((close, t + 1)))), t),
         Scenario("near miss: no NVML GPM on this GPU", (*est, observed), t),
     ]
@@ -219,7 +245,8 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 def _short_window_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     t = _minutes(s.short_window) + _minutes(alert.for_) + 5
-    labels = {**_selector_labels(s), **AGENT, "gpu": "0"}
+    labels = {**_selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
+    fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
     ratio = _input(md.GPU_LONGEST_KERNEL_RATIO, labels)
     long_ratio = round(min(0.99, s.short_max_kernel_ratio + 0.2), 6)
     short_ratio = round(s.short_max_kernel_ratio / 2, 6)
@@ -231,10 +258,10 @@ def _short_window_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     return [
         Scenario("one long captured kernel in the last half hour",
                  ((ratio, gauge((short_ratio, t - 20), (long_ratio, 1), (short_ratio, 20))),), t,
-                 (Firing({**labels, "evidence": "long_kernels"}, long_ratio),)),
+                 (Firing({**fired, "evidence": "long_kernels"}, long_ratio),)),
         Scenario("NVML utilisation well above the estimated busy ratio",
                  ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + gap, t + 1)))), t,
-                 (Firing({**labels, "evidence": "nvml_busier"}, gap),)),
+                 (Firing({**fired, "evidence": "nvml_busier"}, gap),)),
         Scenario("near miss: short kernels only, NVML close to the estimate",
                  ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + near, t + 1)))), t),
     ]
@@ -296,6 +323,7 @@ def _duty_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 SCENARIOS: dict[str, Callable[[Settings, AlertDef], list[Scenario]]] = {
     "WarpwatchProfilerArtifacts": _artifact_scenarios,
     "WarpwatchKernelOccupancyDegraded": _degraded_scenarios,
+    "WarpwatchGpuOccupancyDegraded": lambda s, a: _degraded_scenarios(s, a, per_gpu=True),
     "WarpwatchOccupancyDisagreesWithNvml": _nvml_scenarios,
     "WarpwatchWindowTooShort": _short_window_scenarios,
     "WarpwatchNoRecentWindow": _stale_scenarios,
@@ -348,45 +376,3 @@ def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
         })
     tests.append(recording_test(s))
     return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S), "tests": tests}
-
-
-def recording_test(s: Settings) -> dict[str, Any]:
-    """Two pods of one deployment: pod a watched its GPU all the time (60 s/min) with gemm taking
-    30 s/min and the GPU busy 45 s/min; pod b watched its GPU half the time (30 s/min: its other
-    windows failed) with gemm taking 6 s/min and busy 15 s/min. The fleet's gemm time share is
-    (30 + 6) / (60 + 30) = 0.4 (the mean of the pods' ratios, (0.5 + 0.2) / 2 = 0.35, is not), its
-    busy ratio (45 + 15) / 90; gemm's mean estimated occupancy (30·0.5 + 6·0.25) / 36."""
-    fleet = {k: v for k, v in {"namespace": "ml", "deployment": "llm"}.items() if k in s.fleet}
-    minutes = 10
-    rows: list[tuple[md.MetricDef, dict[str, str], float]] = []
-    for pod, observed, gemm, busy, occ in (("a", 60, 30, 45, 0.5), ("b", 30, 6, 15, 0.25)):
-        labels = {**_selector_labels(s), "namespace": "ml", "deployment": "llm", "pod": f"llm-{pod}", "gpu": "0"}
-        kernel = {**labels, "kernel": "gemm"}
-        rows += [(md.GPU_OBSERVED_SECONDS, labels, observed), (md.GPU_BUSY_SECONDS, labels, busy),
-                 (md.KERNEL_SECONDS, kernel, gemm), (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, kernel, gemm * occ)]
-    w = s.recording_window
-
-    def expect(record: str, labels: Mapping[str, str], value: float) -> dict[str, Any]:
-        """The recorded value in millionths, rounded (floats of rates do not compare exactly)."""
-        inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        return {"expr": f"round({record} * 1e6)", "eval_time": format_duration(minutes * STEP_S),
-                "exp_samples": [{"labels": f"{{{inner}}}", "value": round(value * 1e6)}]}
-
-    kernel_fleet = {**fleet, "kernel": "gemm"}
-    return {
-        "name": "fleet recording rules: sums of rates over sums of rates, not means of ratios",
-        "interval": format_duration(STEP_S),
-        "input_series": [{"series": _input(m, labels), "values": ramp((per_min, minutes))}
-                         for m, labels, per_min in rows],
-        "promql_expr_test": [
-            expect(q.rate_record(s, md.GPU_OBSERVED_SECONDS, False), fleet, 90 / 60),
-            expect(q.rate_record(s, md.KERNEL_SECONDS, True), kernel_fleet, 36 / 60),
-            expect(f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}", kernel_fleet, 36 / 90),
-            expect(f"fleet:warpwatch_gpu_busy:ratio_rate{w}", fleet, 60 / 90),
-            expect(f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}", kernel_fleet,
-                   (30 * 0.5 + 6 * 0.25) / 36),
-            expect(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}", fleet, (30 * 0.5 + 6 * 0.25) / 90),
-        ],
-    }
-
-

@@ -68,12 +68,19 @@ class Settings:
     folder_title: str = "warpwatch"
     dashboards_path: str = "/var/lib/grafana/dashboards/warpwatch"
     rule_interval: str = "1m"
+    prometheus_version: str = "2.42.0"
+    """The Prometheus the provisioned datasource names (Grafana then asks the label-values API for a
+    variable's values instead of downloading every matching series)."""
+    capture_period: str = "1m"
+    """The agents' `--period`: every rate spans at least two of them (`min_interval`)."""
 
-    # fleet recording rules
-    fleet_labels: str = "namespace,deployment,model"
-    """Comma-separated labels the fleet recording rules sum by (a label a series lacks groups as empty)."""
+    # recording rules (two tiers: per pod/GPU from raw series, fleet from those records)
+    fleet_labels: str = "namespace,deployment"
+    """Comma-separated labels the fleet tier sums by. Each must be attached by the scrape (the chart's
+    ServiceMonitor attaches `namespace` and `pod`, and `deployment` from the pod's
+    `app.kubernetes.io/instance` label); add e.g. `model` only with a relabeling that attaches it."""
     recording_window: str = "5m"
-    """Range of the rates the recording rules record."""
+    """Range of the rates the recording rules record; at least two capture periods."""
 
     # (1) profiler artefacts
     artifact_window: str = "30m"
@@ -122,9 +129,18 @@ class Settings:
             value = getattr(self, name)
             if not low < value < high:
                 raise ConfigError(f"setting {name}={value}: must lie strictly between {low} and {high}")
+        if duration_seconds(self.recording_window) < 2 * duration_seconds(self.capture_period):
+            raise ConfigError(f"setting recording_window={self.recording_window}: must span at least two "
+                              f"capture periods (capture_period={self.capture_period})")
         for label in self.fleet:
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label):
                 raise ConfigError(f"setting fleet_labels={self.fleet_labels!r}: {label!r} is not a label name")
+
+    @property
+    def min_interval(self) -> str:
+        """Panel min interval: two capture periods, so Grafana's `$__rate_interval` (at least the
+        interval plus one scrape) never spans fewer than two increments of a counter."""
+        return format_duration(2 * duration_seconds(self.capture_period))
 
     @property
     def fleet(self) -> tuple[str, ...]:
@@ -133,6 +149,9 @@ class Settings:
 
 
 _DURATION_SUFFIXES = ("_window", "_for", "_offset", "_period", "_interval")
+POD_LABELS: tuple[str, ...] = ("namespace", "deployment", "pod")
+"""What the per-pod tier keeps: the labels the chart's scrape object attaches to every target
+(`helm/warpwatch/templates/servicemonitor.yaml`); `instance`, `job`, `container`... are summed away."""
 _RANGES = (
     ("degraded_ratio", 0, 1),
     ("degraded_min_time_share", 0, 1),
@@ -170,20 +189,22 @@ FAILING_MATCHER = 'outcome=~"' + "|".join(FAILING_OUTCOMES) + '"'
 # Selectors
 
 DASHBOARD_VARIABLE_DEFAULTS: dict[str, str] = {
-    "$__rate_interval": "2m",
-    "$__interval": "1m",
+    "$__rate_interval": "2m30s",
+    "$__interval": "2m",
     "$__range": "1h",
     "$namespace": ".*",
     "$pod": ".*",
     "$gpu": ".*",
     "$kernel": ".*",
+    "$deployment": ".*",
 }
 """What `all_queries()` puts in place of Grafana's variables to obtain plain PromQL."""
 
-Scope = Literal["none", "agent", "gpu", "kernel"]
+Scope = Literal["none", "fleet", "agent", "gpu", "kernel"]
 
 _SCOPE_MATCHERS: dict[str, tuple[str, ...]] = {
     "none": (),
+    "fleet": ('namespace=~"$namespace"', 'deployment=~"$deployment"'),
     "agent": ('namespace=~"$namespace"', 'pod=~"$pod"'),
     "gpu": ('namespace=~"$namespace"', 'pod=~"$pod"', 'gpu=~"$gpu"'),
     "kernel": ('namespace=~"$namespace"', 'pod=~"$pod"', 'gpu=~"$gpu"', 'kernel=~"$kernel"'),

@@ -44,7 +44,7 @@ from ..logs import RepeatFilter, limited_event
 from ..model import FAULTS, OUTCOMES, DeviceProperties, Fault, Outcome, WindowAnalysis
 from ..names.labels import KernelNamer, label_text, name_text
 from .pooling import MEANS, OTHER, GpuRound, GpuSums, KernelSums, StableTopK, fold, merge_round, round_sums
-from .seriesbound import MAX_COUNTER_SERIES, GpuBound, LruCounter, LruSums
+from .seriesbound import ABSENT_ROUNDS, MAX_COUNTER_SERIES, GpuBound, LruCounter, LruSums
 from .snapshot import (
     GPU_COUNTERS,
     KERNEL_COUNTERS,
@@ -106,8 +106,13 @@ class SnapshotBuilder:
         version: str = __version__,
         max_counter_series: int = MAX_COUNTER_SERIES,
         max_gpus: int = MAX_GPUS,
+        kernel_gauges: bool = False,
+        absent_rounds: int = ABSENT_ROUNDS,
     ) -> None:
         self.top_kernels = top_kernels
+        self.kernel_gauges = kernel_gauges
+        """Export the per-kernel last-round gauges (opt-in); without, only a negative reported minimum."""
+        self.absent_rounds = absent_rounds
         self.capture_duty = capture_duty
         self.capture_period = capture_period
         self.capture_window = capture_window
@@ -130,6 +135,10 @@ class SnapshotBuilder:
         self._top: dict[int, StableTopK] = {}
         self._gpu_totals: dict[int, list[float]] = {}
         self._kernel_totals = LruSums(max_counter_series, len(KERNEL_COUNTERS))
+        self._rounds: dict[int, int] = {}
+        """Rounds that updated each GPU."""
+        self._member_round: dict[tuple[str, str], int] = {}
+        """(gpu, kernel label) with counter series -> the last round of its GPU it was in the top-K."""
         self._nvml_up = False
         self._nvml: tuple[NvmlSample, ...] = ()
         self._nvml_info: dict[str, GpuInfo] = {}
@@ -205,6 +214,8 @@ class SnapshotBuilder:
         self._top.pop(gpu, None)
         self._gpu_totals.pop(gpu, None)
         self._folded.pop(label, None)
+        self._rounds.pop(gpu, None)
+        self._member_round = {k: v for k, v in self._member_round.items() if k[0] != label}
         for series in (self._launches, self._artifacts, self._kernel_totals):
             series.drop_gpu(label)
 
@@ -212,6 +223,7 @@ class SnapshotBuilder:
         """Add one round's sums of `gpu` to its counters (module doc: series start at 0)."""
         label = str(gpu)
         zero = [0.0] * len(KERNEL_COUNTERS)
+        self._expire(gpu, members)
         if gpu not in self._gpu_totals:
             self._gpu_totals[gpu] = [0.0] * len(GPU_COUNTERS)
             for name in chain(sorted(members), (OTHER,)):
@@ -234,6 +246,19 @@ class SnapshotBuilder:
             for kind, n in k.artifacts.items():
                 self._artifacts.add((label, name, kind), float(n))
 
+    def _expire(self, gpu: int, members: frozenset[str]) -> None:
+        """Remove the counter series of `gpu`'s kernels out of its top-K for `absent_rounds` rounds
+        (`seriesbound.ABSENT_ROUNDS`: they are flat, so no rate or increase changes)."""
+        label = str(gpu)
+        now = self._rounds[gpu] = self._rounds.get(gpu, 0) + 1
+        for name in members:
+            self._member_round[(label, self._label(name))] = now
+        stale = [k for k, last in self._member_round.items() if k[0] == label and now - last >= self.absent_rounds]
+        for key in stale:
+            del self._member_round[key]
+            for series in (self._launches, self._artifacts, self._kernel_totals):
+                series.drop_kernel(*key)
+
     def _label(self, name: str) -> str:
         return OTHER if name == OTHER else self.namer(name)
 
@@ -246,6 +271,11 @@ class SnapshotBuilder:
         if other is not None:
             entries.append((OTHER, other))
         for name, k in entries:
+            if not self.kernel_gauges:
+                reported = k.reported_warps_per_sm_min
+                if reported is not None and reported < 0:  # an artefact: the one gauge rates cannot give
+                    rows.append(KernelSample(gpu=label, kernel=name, reported_warps_per_sm_min=reported))
+                continue
             rows.append(KernelSample(
                 gpu=label, kernel=name,
                 warps_per_sm=k.warps_per_sm,
@@ -259,10 +289,8 @@ class SnapshotBuilder:
             ))
         self._gpu_kernels[gpu] = tuple(rows)
         d = merged.device
-        # Each window's figures are within their bounds; processes side by side add up, and a GPU is
-        # busy at most all the time (spec "Physical bounds": no gauge above 1).
-        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, _ratio(d.estimated_occupancy),
-                                           _ratio(d.busy_ratio), sums.longest_ratio, d.low_confidence)
+        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, d.estimated_occupancy, d.busy_ratio,
+                                           sums.longest_ratio, d.low_confidence)
         if d.properties is not None:
             self._trace_info[gpu] = _info_of(label, d.properties)
         self._folded[label] = self._folded.get(label, 0.0) + folded
@@ -307,10 +335,6 @@ class SnapshotBuilder:
             kernel_counters=tuple((k[0], k[1], v) for k, v in self._kernel_totals.items()),
             version=self.version,
         )
-
-
-def _ratio(v: float | None) -> float | None:
-    return None if v is None else min(v, 1.0)
 
 
 def _gpu_sort_key(gpu: str) -> tuple[int, str]:

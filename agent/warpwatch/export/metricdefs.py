@@ -210,6 +210,13 @@ ALL: tuple[MetricDef, ...] = (
     GPU_LOW_CONFIDENCE, CAPTURE_PERIOD, CAPTURE_WINDOW,
 )
 
+KERNEL_GAUGES_OPT_IN: tuple[MetricDef, ...] = (
+    KERNEL_WARPS_PER_SM, KERNEL_RESIDENT_WARPS_PER_SM, KERNEL_THEORETICAL_OCCUPANCY, KERNEL_ESTIMATED_OCCUPANCY,
+    KERNEL_WAVES_PER_SM, KERNEL_TIME_SHARE, KERNEL_LAUNCH_RATE,
+)
+"""Exported only with `--kernel-gauges` (issue 24): rates of the per-kernel counters answer what they
+do, so no dashboard or alert reads them. `KERNEL_REPORTED_WARPS_MIN` is exported where negative."""
+
 # The agent's own operational metrics: rendered at each scrape next to process_* (not part of the
 # window snapshot, so not in `ALL`, which the snapshot collector and the dashboards cover).
 HTTP_CONNECTIONS = MetricDef(

@@ -3,7 +3,8 @@
 Traces are input: a broken or hostile one can name any number of kernels and GPU device ids.
 Kernels are bounded per GPU by the top-K (`pooling.StableTopK`) and, per counter family, by
 `LruCounter` / `LruSums` (the least recently updated (gpu, kernel[, artifact]) series beyond
-`MAX_COUNTER_SERIES` are dropped). GPUs are bounded by `GpuBound`: at most `max_gpus` GPUs have
+`MAX_COUNTER_SERIES` are dropped); the series of a kernel out of the top-K for `ABSENT_ROUNDS` rounds
+are removed (bounded in time, not only in count). GPUs are bounded by `GpuBound`: at most `max_gpus` GPUs have
 series at once (a node has 8 to 16 GPUs; MIG makes up to 7 instances of each).
 """
 
@@ -16,6 +17,11 @@ from typing import Generic, TypeVar
 
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""
+ABSENT_ROUNDS = 10
+"""Rounds of its GPU after which the counter series of a kernel that left the top-K are removed: a
+kernel out of the top-K counts under `other`, so its own series stay flat (their rates are 0) and
+removing them changes no rate or increase; a kernel that comes back starts again at 0 (a counter
+reset to Prometheus). Series then cost (top-K + 1) per family and GPU, not one per kernel ever seen."""
 
 V = TypeVar("V")
 
@@ -31,6 +37,11 @@ class _Lru(Generic[V]):
         self._values.move_to_end(key)
         while len(self._values) > self._limit:
             self._values.popitem(last=False)
+
+    def drop_kernel(self, gpu: str, kernel: str) -> None:
+        """Forget every series of (`gpu`, `kernel`) (any further labels)."""
+        for key in [k for k in self._values if k[0] == gpu and k[1] == kernel]:
+            del self._values[key]
 
     def drop_gpu(self, gpu: str) -> None:
         """Forget every series of `gpu` (its GPU left the export)."""

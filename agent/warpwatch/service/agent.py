@@ -74,7 +74,7 @@ class Service:
         self._rendered: dict[str, tuple[Snapshot, bytes]] = {}
         self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty,
                                        capture_period=config.period, capture_window=config.window,
-                                       max_gpus=config.max_gpus)
+                                       max_gpus=config.max_gpus, kernel_gauges=config.kernel_gauges)
         self.planner = (WindowPlanner(config.window, config.period, max(MAX_DUTY, config.duty))
                         if config.adaptive_window else None)
         """--adaptive-window: each round's window (windowplan)."""
