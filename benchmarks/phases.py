@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "agent"))
 
-from warpwatch import analysis  # noqa: E402
+from warpwatch.analysis import window as analysis  # noqa: E402
 from warpwatch.gcpause import gc_paused  # noqa: E402
 from warpwatch.membudget import PIECE_BYTES  # noqa: E402
 from warpwatch.trace import read_trace  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 
 from support.promfleet import PROMETHEUS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fleet import run
 
 pytestmark = [pytest.mark.slow,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from warpwatch import config
-from warpwatch import metricdefs as md
+from warpwatch.export import metricdefs as md
 from warpwatch.dashboards import build, rules, ruletests
 from warpwatch.dashboards.alerts import alerts
 from warpwatch.dashboards.queries import recording_rules
