@@ -70,6 +70,7 @@ def starts(server: QueuedStandIn) -> int:
     return sum(r.path == "/start_profile" for r in server.requests)
 
 
+@pytest.mark.slow
 def test_no_start_while_a_stop_is_unanswered(server: QueuedStandIn, trace_dir: Path) -> None:
     """The stop writes its files at once but answers 2 s later: the files are handed over as
     late windows meanwhile, and no start is sent until the answer (until f2305fe, a start went
@@ -90,6 +91,7 @@ def test_no_start_while_a_stop_is_unanswered(server: QueuedStandIn, trace_dir: P
     assert server.sessions == starts(server)  # every start the server took began a session of ours
 
 
+@pytest.mark.slow
 def test_a_start_answered_too_late_is_ended_at_once_and_its_files_collected(
     server: QueuedStandIn, trace_dir: Path
 ) -> None:

@@ -91,7 +91,7 @@ def test_the_ranking_follows_what_the_kernels_can_have_run(tmp_path: Path) -> No
 
 def test_gauges_of_a_window_stay_within_bounds_while_counters_keep_the_unbiased_sum(tmp_path: Path) -> None:
     analysis = analyze(read_trace(gemms(tmp_path)))
-    builder = SnapshotBuilder(top_kernels=50)
+    builder = SnapshotBuilder(top_kernels=50, kernel_gauges=True)  # the per-kernel gauges are opt-in
     for _ in range(2):  # the first round creates the counters at 0
         result = WindowResult("replay:t", "p0", "ok", 0.01, analysis)
         builder.record(result, 1000.0)
