@@ -141,7 +141,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 + _degraded_branch(s, "resident_warps_per_sm", "fleet_kernel")
                 + f"\n)\nand\n  (\n    {share_now}\n  ) > {s.degraded_min_time_share}"
             ),
-            for_=s.degraded_for,
+            for_=s.degraded_kernel_for,
             severity="warning",
             summary="{{ $labels.kernel }} in {{ $labels.namespace }}/{{ $labels.deployment }} runs at "
             '{{ printf "%.2f" $value }}x its usual occupancy',
@@ -164,6 +164,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 ("degraded_min_time_share", str(s.degraded_min_time_share)),
                 ("degraded_min_samples", str(s.degraded_min_samples)),
                 ("degraded_for", s.degraded_for),
+                ("inhibit_margin", s.inhibit_margin),
             ),
             runbook=Runbook(
                 meaning="A kernel that matters (a meaningful share of GPU time) keeps fewer warps "

@@ -153,10 +153,10 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
     now_min = _minutes(s.degraded_window)
     hold = _minutes(alert.for_)
     drop_at = baseline_min
-    t = drop_at + now_min + hold + 10
+    t = drop_at + now_min + hold + 5
     if t - offset_min >= drop_at:
         raise ConfigError(
-            f"degraded_window {s.degraded_window} + degraded_for {s.degraded_for} must be at least 10m "
+            f"degraded_window {s.degraded_window} + the alert's for {alert.for_} must be at least 5m "
             f"shorter than degraded_baseline_offset {s.degraded_baseline_offset}: otherwise the drop enters "
             "its own baseline before it fires"
         )

@@ -95,6 +95,9 @@ class Settings:
     degraded_min_samples: int = 60
     """Scraped samples the baseline window must hold; a kernel seen briefly never alerts."""
     degraded_for: str = "30m"
+    inhibit_margin: str = "5m"
+    """How much longer an alert that an inhibition holds back (the per-deployment kernel alert) waits
+    than its cause (the per-GPU alert): the cause reaches Alertmanager first, within group_wait."""
     # (3) our estimate against NVML GPM
     nvml_window: str = "15m"
     nvml_max_difference: float = 0.25
@@ -137,6 +140,11 @@ class Settings:
                 raise ConfigError(f"setting fleet_labels={self.fleet_labels!r}: {label!r} is not a label name")
 
     @property
+    def degraded_kernel_for(self) -> str:
+        """`for` of WarpwatchKernelOccupancyDegraded: `degraded_for` + `inhibit_margin`."""
+        return format_duration(duration_seconds(self.degraded_for) + duration_seconds(self.inhibit_margin))
+
+    @property
     def min_interval(self) -> str:
         """Panel min interval: two capture periods, so Grafana's `$__rate_interval` (at least the
         interval plus one scrape) never spans fewer than two increments of a counter."""
@@ -148,7 +156,7 @@ class Settings:
         return tuple(x.strip() for x in self.fleet_labels.split(",") if x.strip())
 
 
-_DURATION_SUFFIXES = ("_window", "_for", "_offset", "_period", "_interval")
+_DURATION_SUFFIXES = ("_window", "_for", "_offset", "_period", "_interval", "_margin")
 POD_LABELS: tuple[str, ...] = ("namespace", "deployment", "pod")
 """What the per-pod tier keeps: the labels the chart's scrape object attaches to every target
 (`helm/warpwatch/templates/servicemonitor.yaml`); `instance`, `job`, `container`... are summed away."""
