@@ -50,8 +50,8 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$')
 
 def agent_metrics(old: bool) -> str:
     """The real agent's /metrics after a few rounds on the trace: at its defaults, or (old) with
-    test_agent.GAUGES_ENV (`--kernel-gauges`, top 50: f2305fe's exposition)."""
-    from test_agent import Agent
+    support.agent.GAUGES_ENV (`--kernel-gauges`, top 50: f2305fe's exposition)."""
+    from support.agent import Agent
     agent = Agent("--source", f"replay:{TRACE}", "--period", "1s", "--window", "50ms", "--jitter", "0",
                   "--allow-high-duty", defaults=not old)
     try:
