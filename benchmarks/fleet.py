@@ -38,7 +38,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from support.promfleet import backfill_rules, create_blocks, prometheus, query  # noqa: E402
+from support.prometheus import prometheus  # noqa: E402
+from support.promfleet import backfill_rules, create_blocks, query  # noqa: E402
 
 OLD = "f2305fe"
 TRACE = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces")) / (

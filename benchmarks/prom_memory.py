@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from fleet import GPUS, SAMPLE, agent_metrics, pss  # noqa: E402
 
-from support.promfleet import prometheus  # noqa: E402
+from support.prometheus import prometheus  # noqa: E402
 
 
 def pod_body(exposition: str, pod: int, tick: int) -> str:

@@ -29,7 +29,9 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from support.promfleet import PROMETHEUS, backfill_rules, create_blocks, free_port, openmetrics, prometheus
+from support.agent import free_port
+from support.promfleet import backfill_rules, create_blocks, openmetrics
+from support.prometheus import PROMETHEUS, prometheus
 from warpwatch.export import metricdefs as md
 from warpwatch.dashboards import rules
 from warpwatch.dashboards.queries import GROUPS_RECORDING

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.promfleet import PROMETHEUS
+from support.prometheus import PROMETHEUS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fleet import run

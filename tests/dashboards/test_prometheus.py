@@ -22,6 +22,7 @@ import pytest
 from support.agent import ALEXNET, Agent, analyze_json, free_port
 from warpwatch.names.labels import KernelNamer
 from support.prometheus import PROMETHEUS, query, wait_query
+from support.prometheus import prometheus as running_prometheus
 
 
 @pytest.fixture(scope="module")
@@ -31,37 +32,14 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     agent = Agent("--source", f"replay:{ALEXNET}", "--period", "1s", "--window", "50ms", "--jitter", "0",
                   "--allow-high-duty")
     tmp = tmp_path_factory.mktemp("prometheus")
-    port = free_port()
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-        "scrape_configs:\n"
-        "  - job_name: warpwatch\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n"
-    )
-    log = (tmp / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    scrape = ("  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+              "scrape_configs:\n"
+              "  - job_name: warpwatch\n"
+              f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("prometheus did not start:\n" + (tmp / "prometheus.log").read_text()[-3000:])
-            time.sleep(0.2)
-        yield url, agent
+        with running_prometheus(tmp / "data", scrape) as (url, _):
+            yield url, agent
     finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
         agent.stop()
 
 

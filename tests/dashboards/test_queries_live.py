@@ -17,6 +17,7 @@ import pytest
 
 from support.agent import ALEXNET, Agent
 from support.prometheus import PROMETHEUS, query, wait_query
+from support.prometheus import prometheus as running_prometheus
 from support.tracebuild import H100, kernel, span, trace_doc, write
 from warpwatch.dashboards import Settings, all_queries, rules
 from warpwatch.model import ARTIFACT_KINDS
@@ -53,10 +54,6 @@ def artifact_traces(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import subprocess
-
-    from support.agent import free_port
-
     if not Path(PROMETHEUS).exists():
         pytest.skip("prometheus is not installed (apt-get install prometheus); CI installs it")
     folder = tmp_path_factory.mktemp("replay")
@@ -66,44 +63,22 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     agent = Agent("--source", f"replay:{folder}", "--period", "0.5s", "--window", "10ms", "--jitter", "0",
                   "--allow-high-duty", "--top-kernels", "3")
     tmp = tmp_path_factory.mktemp("prometheus")
-    port = free_port()
     # The generated alert and recording rules, evaluated every second (the recording expressions
     # read the series the recording rules write).
     (tmp / "rules.yaml").write_text(rules.dump_yaml(rules.rules_file(Settings(rule_interval="1s"))))
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files:\n  - {tmp / 'rules.yaml'}\n"
-        "scrape_configs:\n  - job_name: warpwatch\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n"
-    )
-    log = (tmp / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    scrape = ("  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+              "scrape_configs:\n  - job_name: warpwatch\n"
+              f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n")
     try:
-        deadline = time.monotonic() + 30
-        while not wait_query_ok(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("prometheus did not start:\n" + (tmp / "prometheus.log").read_text()[-3000:])
-            time.sleep(0.3)
-        # every replayed file (4, one per round) seen in several scrapes, so rates have two points
-        assert wait_query(url, 'warpwatch_windows_total{outcome="failed"} > 1', timeout=40)
-        assert wait_query(url, 'warpwatch_windows_total{outcome="ok"} > 6', timeout=40)
-        time.sleep(3)
-        yield url
+        with running_prometheus(tmp / "data", scrape, [tmp / "rules.yaml"], evaluation_interval="1s") as (url, _):
+            assert wait_query(url, 'up{job="warpwatch"} == 1', timeout=30), "the agent was never scraped"
+            # every replayed file (4, one per round) seen in several scrapes, so rates have two points
+            assert wait_query(url, 'warpwatch_windows_total{outcome="failed"} > 1', timeout=40)
+            assert wait_query(url, 'warpwatch_windows_total{outcome="ok"} > 6', timeout=40)
+            time.sleep(3)
+            yield url
     finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
         agent.stop()
-
-
-def wait_query_ok(url: str) -> bool:
-    try:
-        return bool(query(url, 'up{job="warpwatch"} == 1'))
-    except OSError:
-        return False
 
 
 QUERIES = all_queries()

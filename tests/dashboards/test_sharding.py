@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.promfleet import PROMETHEUS, prometheus, query
+from support.promfleet import query
+from support.prometheus import PROMETHEUS, prometheus
 from warpwatch.export import metricdefs as md
 from warpwatch.dashboards import rules
 from warpwatch.dashboards.boards import all_queries

@@ -9,27 +9,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+from .prometheus import prometheus
+
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 Series = tuple[str, Mapping[str, str], Sequence[tuple[float, float]]]
 """(sample name, labels, [(unix seconds, value)])."""
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def openmetrics(families: Mapping[str, tuple[str, Iterable[Series]]]) -> str:
@@ -59,44 +52,6 @@ def run(cmd: Sequence[str], cwd: Path | None = None) -> str:
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result.stdout
-
-
-@contextmanager
-def prometheus(data: Path, config: str = "", rule_files: Sequence[Path] = (), flags: Sequence[str] = (),
-               ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A Prometheus on `data` (no scrapes unless `config` has some); yields (url, process)."""
-    work = data.parent
-    work.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    rules = "".join(f"  - {p}\n" for p in rule_files)
-    cfg = work / f"prometheus-{port}.yml"
-    # `config` may go on with global settings (indented) before its own sections
-    cfg.write_text("global:\n  evaluation_interval: 5s\n" + config + (f"rule_files:\n{rules}" if rules else ""))
-    log = (work / f"prometheus-{port}.log").open("w")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=10y", *flags],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (work / f"prometheus-{port}.log").read_text()[-3000:]
-                raise AssertionError("prometheus did not start:\n" + tail)
-            time.sleep(0.3)
-        yield url, proc
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        log.close()
 
 
 def backfill_rules(data: Path, tiers: Sequence[Path], start: float, end: float, interval: str = "60s") -> None:
