@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..export import metricdefs as md
 from . import queries as q
-from .alerts_gpu import gpu_degraded
+from .alerts_gpu import degraded_thresholds, gpu_degraded
 from .runbook import AlertDef, Runbook, Severity
 from .settings import (
     ALERTED_ARTIFACTS,
@@ -156,16 +156,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 "WarpwatchGpuOccupancyDegraded fires in the same deployment (a faulty GPU degrades all its "
                 "kernels)."
             ),
-            thresholds=(
-                ("degraded_window", s.degraded_window),
-                ("degraded_ratio", str(s.degraded_ratio)),
-                ("degraded_baseline_window", s.degraded_baseline_window),
-                ("degraded_baseline_offset", s.degraded_baseline_offset),
-                ("degraded_min_time_share", str(s.degraded_min_time_share)),
-                ("degraded_min_samples", str(s.degraded_min_samples)),
-                ("degraded_for", s.degraded_for),
-                ("inhibit_margin", s.inhibit_margin),
-            ),
+            thresholds=(*degraded_thresholds(s), ("inhibit_margin", s.inhibit_margin)),
             runbook=Runbook(
                 meaning="A kernel that matters (a meaningful share of GPU time) keeps fewer warps "
                 "resident on each SM than it did over the previous day: fewer blocks fit per SM "

@@ -38,15 +38,7 @@ def gpu_degraded(s: Settings, degraded: str) -> AlertDef:
             f"(bound {s.degraded_ratio}), while the GPU is busy more than {pct} of the time. "
             "Every kernel of this GPU is affected; their per-deployment alerts are held back."
         ),
-        thresholds=(
-            ("degraded_window", s.degraded_window),
-            ("degraded_ratio", str(s.degraded_ratio)),
-            ("degraded_baseline_window", s.degraded_baseline_window),
-            ("degraded_baseline_offset", s.degraded_baseline_offset),
-            ("degraded_min_time_share", str(s.degraded_min_time_share)),
-            ("degraded_min_samples", str(s.degraded_min_samples)),
-            ("degraded_for", s.degraded_for),
-        ),
+        thresholds=degraded_thresholds(s),
         runbook=Runbook(
             meaning="One GPU keeps fewer warps resident per SM than it did over the previous day, "
             "across its kernels: the GPU itself (clocks, ECC, MIG or MPS reconfigured, another process "
@@ -66,4 +58,17 @@ def gpu_degraded(s: Settings, degraded: str) -> AlertDef:
                 f"({s.degraded_baseline_window}) has absorbed it.",
             ),
         ),
+    )
+
+
+def degraded_thresholds(s: Settings) -> tuple[tuple[str, str], ...]:
+    """The settings both occupancy-degraded alerts are defined by (shown with each alert)."""
+    return (
+        ("degraded_window", s.degraded_window),
+        ("degraded_ratio", str(s.degraded_ratio)),
+        ("degraded_baseline_window", s.degraded_baseline_window),
+        ("degraded_baseline_offset", s.degraded_baseline_offset),
+        ("degraded_min_time_share", str(s.degraded_min_time_share)),
+        ("degraded_min_samples", str(s.degraded_min_samples)),
+        ("degraded_for", s.degraded_for),
     )
