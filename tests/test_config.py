@@ -37,6 +37,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "port": ("9999", 9999),
     "period": ("2m", 120.0),
     "window": ("500ms", 0.5),
+    "overhead_budget": ("2%", 0.02),
     "adaptive_window": ("on", True),
     "jitter": ("3s", 3.0),
     "top_kernels": ("7", 7),

@@ -10,6 +10,7 @@ Value syntax:
 - durations: `500ms`, `10s`, `2m`, `1h`, or plain seconds (`1.5`);
 - sizes: `512MiB`, `2GiB`, `10GB`, `4096` (bytes); binary (KiB, MiB, GiB, TiB) and decimal
   (kB, MB, GB, TB) units;
+- shares: `1%` or a fraction (`0.01`);
 - booleans: `true/false`, `yes/no`, `on/off`, `1/0` (flags: `--allow-high-duty` and
   `--no-allow-high-duty`);
 - `source` is repeatable (`--source A --source B`); in the environment, specs are separated by
@@ -27,7 +28,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .units import parse_bool, parse_duration, parse_int, parse_list, parse_path, parse_size, parse_str
+from .units import (
+    parse_bool,
+    parse_duration,
+    parse_int,
+    parse_list,
+    parse_path,
+    parse_ratio,
+    parse_size,
+    parse_str,
+)
 
 ENV_PREFIX = "WARPWATCH_"
 CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
@@ -42,6 +52,9 @@ MAX_WINDOW_S = 600.0
 longer trace would not fit any memory limit anyway."""
 MAX_COLLECT_TIMEOUT_S = 3600.0
 """Longest wait for a window's trace beyond the window itself."""
+MAX_OVERHEAD_BUDGET = 1.0
+DEFAULT_OVERHEAD_BUDGET = 0.01
+"""The share of the server's time the agent may cost when --overhead-budget is not set."""
 DEFAULT_JITTER_S = 5.0
 """Jitter when none is set: min(this, period / 10)."""
 
@@ -51,7 +64,7 @@ def default_jitter(period: float) -> float:
     rhythm (a 2 s period gets 0.2 s, not 5 s, which would be refused as longer than the period)."""
     return min(DEFAULT_JITTER_S, period / 10.0)
 
-Kind = Literal["str", "int", "duration", "size", "bool", "list", "path", "choice"]
+Kind = Literal["str", "int", "duration", "size", "bool", "list", "path", "choice", "ratio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +105,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", "int", 9946, "HTTP port (0 picks a free one and logs it)"),
     Setting("period", "duration", 60.0, "time between the starts of two capture windows"),
     Setting("window", "duration", 1.0, "length of one capture window"),
+    Setting("overhead_budget", "ratio", DEFAULT_OVERHEAD_BUDGET,
+            "share of the profiled server's time the agent may cost (measured slowdown x duty + stop stall / "
+            "period); above it the period is stretched (docs/overhead.md)", metavar="SHARE", default_text="1%"),
     Setting("adaptive_window", "bool", False,
             "probe with longer windows now and then, and lengthen the window when kernels comparable to it "
             "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)"),
@@ -140,6 +156,7 @@ class Config:
     port: int = 9946
     period: float = 60.0
     window: float = 1.0
+    overhead_budget: float = DEFAULT_OVERHEAD_BUDGET
     adaptive_window: bool = False
     jitter: float = 5.0
     top_kernels: int = 16
@@ -173,7 +190,7 @@ def _parser_for(setting: Setting) -> Callable[[object], Any]:
         return choice
     table: dict[str, Callable[[object], Any]] = {
         "str": parse_str, "int": parse_int, "duration": parse_duration, "size": parse_size,
-        "bool": parse_bool, "list": parse_list, "path": parse_path,
+        "bool": parse_bool, "list": parse_list, "path": parse_path, "ratio": parse_ratio,
     }
     return table[setting.kind]
 
@@ -323,6 +340,9 @@ def validate(config: Config) -> None:
             f"window: {config.window:g}s per {config.period:g}s period is a capture duty of "
             f"{config.duty:.0%}, above {MAX_DUTY:.0%}; shorten the window, lengthen the period, "
             f"or pass --allow-high-duty")
+    if not 0 < config.overhead_budget <= MAX_OVERHEAD_BUDGET:
+        raise ConfigError(f"overhead_budget: must be a share above 0 and at most 100% "
+                          f"(got {config.overhead_budget:g}); e.g. 1% or 0.01")
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"port: must be between 0 and 65535 (got {config.port})")
     if not 1 <= config.top_kernels <= 10_000:

@@ -47,6 +47,21 @@ def parse_size(value: object) -> int:
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
 
 
+def parse_ratio(value: object) -> float:
+    """`1%`, `0.5 %` or a plain fraction (`0.01`) -> a fraction. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("expected a share such as 1% or 0.01")
+    text = str(value).strip()
+    percent = text.endswith("%")
+    try:
+        number = float(text[:-1] if percent else text)
+    except ValueError:
+        raise ValueError("expected a share such as 1% or 0.01") from None
+    if not math.isfinite(number):
+        raise ValueError("expected a finite share")
+    return number / 100.0 if percent else number
+
+
 def parse_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value

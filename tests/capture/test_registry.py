@@ -58,7 +58,9 @@ def test_server_and_daemon_specs_build_their_sources(tmp_path: Path) -> None:
         ("dir:", "source 'dir:': dir: needs a folder, e.g. dir:/var/run/traces"),
         ("replay:", "source 'replay:': replay: needs a trace file or folder (or @samples)"),
         ("vllm:http://h:1,color=red", "source 'vllm:http://h:1,color=red': unknown option 'color=red'; options are "
-                                      "dir=..., token_env=..., expected_files=..."),
+                                      "dir=..., token_env=..., expected_files=..., max_steps=..."),
+        ("vllm:http://h:1,max_steps=-1", "vllm source: max_steps must be an integer from 0 to 100000 (0: the whole "
+                                         "window), got -1"),
         ("sglang:http://h:1,expected_files=two", "source 'sglang:http://h:1,expected_files=two': expected_files "
                                                  "must be an integer, got 'two'"),
     ],

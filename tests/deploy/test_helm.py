@@ -91,7 +91,7 @@ def _accepted_types(prop: dict[str, Any]) -> set[str]:
 KIND_TYPES = {
     "list": {"null", "array"}, "duration": {"null", "string", "number"}, "size": {"null", "string", "integer"},
     "bool": {"null", "boolean"}, "int": {"null", "integer"}, "str": {"null", "string"},
-    "path": {"null", "string"},
+    "path": {"null", "string"}, "ratio": {"null", "string", "number"},
 }
 
 

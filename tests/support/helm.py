@@ -36,6 +36,7 @@ ALL_CONFIG: dict[str, Any] = {
     "port": 9100,
     "period": "90s",
     "window": 0.5,
+    "overhead_budget": "2%",
     "adaptive_window": True,
     "jitter": 2,
     "top_kernels": 20,
@@ -57,7 +58,7 @@ ALL_CONFIG: dict[str, Any] = {
 
 ALL_CONFIG_EXPECTED: dict[str, Any] = {
     "source": ("kineto-daemon", "dir:/tmp/warpwatch/extra"), "port": 9100, "period": 90.0, "window": 0.5,
-    "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "kernel_gauges": True,
+    "overhead_budget": 0.02, "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "kernel_gauges": True,
     "max_gpus": 128, "log_level": "debug",
     "log_format": "text",
     "allow_high_duty": False,

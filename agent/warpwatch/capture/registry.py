@@ -5,9 +5,10 @@
   replays the real traces bundled with the package;
 - `kineto-daemon[:socket_dir=PATH]`: unmodified PyTorch processes started with
   `KINETO_USE_DAEMON=1` (`daemon.KinetoDaemonSource`), traces written under `trace_dir`;
-- `vllm:URL[,dir=PATH][,token_env=VAR][,expected_files=N]`: a vLLM server's `/start_profile`
-  and `/stop_profile` (`servers.VllmSource`); `dir` is its profiler folder as the agent sees it
-  (default `trace_dir`);
+- `vllm:URL[,dir=PATH][,token_env=VAR][,expected_files=N][,max_steps=N]`: a vLLM server's
+  `/start_profile` and `/stop_profile` (`servers.VllmSource`); `dir` is its profiler folder as the
+  agent sees it (default `trace_dir`); `max_steps`: engine steps a worker records per window
+  before it stops by itself (vLLM 0.32+; 0: the whole window);
 - `sglang:URL[,dir=PATH][,server_dir=PATH][,token_env=VAR][,expected_files=N][,profiler_dir_env=1]
   [,num_steps=N]`: the same for SGLang (`servers.SglangSource`); `server_dir` is the folder as the
   server sees it; `profiler_dir_env=1` says the server has `SGLANG_TORCH_PROFILER_DIR` (SGLang
@@ -102,14 +103,18 @@ def build_source(spec: str, config: Config) -> Source:
         if not url:
             raise ConfigError(f"source {spec!r}: {prefix} needs a URL, e.g. {prefix}http://localhost:8000,dir=/traces")
         allowed = ("dir", "token_env", "expected_files") + (
-            ("server_dir", "profiler_dir_env", "num_steps") if prefix == "sglang:" else ())
+            ("server_dir", "profiler_dir_env", "num_steps") if prefix == "sglang:" else ("max_steps",))
         opts = _options(spec, rest, allowed)
         trace_dir = Path(opts.get("dir") or config.trace_dir)
         token_env = opts.get("token_env") or DEFAULT_TOKEN_ENV
         expected = _int_option(spec, opts, "expected_files")
         if prefix == "vllm:":
+            from .vllm import DEFAULT_MAX_STEPS
+
+            max_steps = _int_option(spec, opts, "max_steps")
             return VllmSource(url, trace_dir, name=spec, delete_processed=config.delete_processed,
-                              token_env=token_env, expected_files=expected)
+                              token_env=token_env, expected_files=expected,
+                              max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps)
         env = opts.get("profiler_dir_env", "0").lower()
         if env not in ("0", "1", "true", "false", "yes", "no"):
             raise ConfigError(f"source {spec!r}: profiler_dir_env must be 1 or 0, got {opts['profiler_dir_env']!r}")

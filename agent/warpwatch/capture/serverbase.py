@@ -41,7 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
+from ..overhead import LatencySplit
 from . import CapturedWindow
+from .servedlatency import HISTOGRAMS, ServedLatency
 from .serverfiles import SessionFiles
 from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
 from .serversession import Session
@@ -146,6 +148,8 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         self._recent: Session | None = None
         """The last session that finished: one more look for files that showed late."""
         self._stop_answered = False
+        self._stop_seconds: list[float] = []
+        self._served = ServedLatency(HISTOGRAMS.get(self.kind, ()), self._read_metrics, name=self.name)
         self._start_delivered = False
         self._skipped: Counter[str] = Counter()
         self._files: Counter[str] = Counter()
@@ -200,6 +204,20 @@ class ProfilingServerSource(SessionStops, SessionFiles):
     def close(self) -> None:
         self._closed.set()
 
+    def served_latency(self) -> LatencySplit | None:
+        """The server's inter-token latency inside and outside windows, cumulative (`servedlatency`)."""
+        return self._served.split()
+
+    def _read_metrics(self) -> str | None:
+        """The server's `/metrics` text; "" where it has none (404), None when it cannot be read now."""
+        try:
+            reply = self._client.request_once("GET", "/metrics", None, self.request_timeout_s)
+        except RequestFailed:
+            return None
+        if reply.status == 404:
+            return ""
+        return None if reply_error(reply) else reply.raw.decode("utf-8", "replace")
+
     def server_stats(self) -> ServerStats:
         """Windows skipped by reason and trace files by kind, since start (exported as metrics)."""
         return ServerStats(skipped=dict(self._skipped), files=dict(self._files))
@@ -237,8 +255,17 @@ class ProfilingServerSource(SessionStops, SessionFiles):
             return out
         if (refusal := self._before_start()) is not None:
             return [*out, refusal]
+        self._served.started()
+        try:
+            return [*out, *self._window(window_s, timeout_s)]
+        finally:
+            self._served.ended()
+
+    def _window(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        """Start, wait, stop and collect one window (the module doc's steps 3 to 5)."""
+        out: list[CapturedWindow] = []
         if self._step_bounded():
-            return [*out, *self._step_bounded_window(window_s, timeout_s)]
+            return self._step_bounded_window(window_s, timeout_s)
 
         before = frozenset(self._list_traces())
         start_wall = time.time()

@@ -195,6 +195,9 @@ class InFlight:
         self.path = path
         self.reply: Reply | None = None
         self.error: RequestFailed | None = None
+        self.started_at = time.monotonic()
+        self.ended_at: float | None = None
+        """When the request ended (answered or failed), on the monotonic clock."""
         self._done = threading.Event()
 
         def run() -> None:
@@ -205,6 +208,7 @@ class InFlight:
             except Exception as exc:  # the thread must always report an end
                 self.error = RequestFailed(f"{type(exc).__name__}: {exc}", delivered=True)
             finally:
+                self.ended_at = time.monotonic()
                 self._done.set()
 
         threading.Thread(target=run, name=f"server-request {client.name} {path}", daemon=True).start()
@@ -215,6 +219,10 @@ class InFlight:
 
     def done(self) -> bool:
         return self._done.is_set()
+
+    def seconds(self) -> float | None:
+        """How long the request took, once it ended."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
 
 
 def reply_error(reply: Reply) -> str | None:

@@ -15,7 +15,7 @@ import threading
 import time
 
 from . import CapturedWindow
-from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
+from .serverhttp import InFlight, RequestFailed, ServerClient, reply_error
 from .serversession import Session
 
 log = logging.getLogger("warpwatch.capture.servers")
@@ -33,6 +33,7 @@ class SessionStops:
     _maybe_active: bool
     _stop_answered: bool
     _stop_call: InFlight | None
+    _stop_seconds: list[float]
 
     def _stop_body(self) -> bytes | None:
         raise NotImplementedError
@@ -60,7 +61,7 @@ class SessionStops:
         self._stop_call = None
         if call.reply is None:
             return self._fail_and_back_off(f"server went away mid-window: POST /stop_profile: {call.error}")
-        return self._stop_ended(call.reply)
+        return self._stop_ended(call)
 
     def _stop_in_background(self, retry_deadline: float) -> InFlight:
         """POST /stop_profile, its answer awaited up to `late_timeout_s` (retries of attempts that
@@ -70,8 +71,13 @@ class SessionStops:
         self._stop_call = call
         return call
 
-    def _stop_ended(self, reply: Reply) -> CapturedWindow | None:
-        """The server answered a stop: no session of ours runs now."""
+    def _stop_ended(self, call: InFlight) -> CapturedWindow | None:
+        """The server answered a stop: no session of ours runs now. How long it took is the stall
+        the stop cost the server (`take_stop_seconds`)."""
+        reply = call.reply
+        assert reply is not None
+        if (seconds := call.seconds()) is not None:
+            self._stop_seconds.append(seconds)
         self._maybe_active = False
         self._stop_answered = True
         if self._late is not None and self._stop_waits_for_files():
@@ -94,7 +100,7 @@ class SessionStops:
         if call.reply is None:
             out.append(self._fail_and_back_off(f"POST /stop_profile got no answer: {call.error}"))
             return False
-        if (failed := self._stop_ended(call.reply)) is not None:
+        if (failed := self._stop_ended(call)) is not None:
             out.append(failed)
             return False
         return True
@@ -119,5 +125,10 @@ class SessionStops:
         if call.reply is None:
             return [self._fail_and_back_off(f"cannot end the session an earlier window left open: "
                                             f"POST /stop_profile: {call.error}")]
-        failed = self._stop_ended(call.reply)
+        failed = self._stop_ended(call)
         return None if failed is None else [failed]
+
+    def take_stop_seconds(self) -> list[float]:
+        """The stops answered since the last call, each from its request to its answer."""
+        out, self._stop_seconds = self._stop_seconds, []
+        return out

@@ -189,7 +189,8 @@ GPU_LOW_CONFIDENCE = MetricDef(
     "1 when the last round's statistics for this GPU are low-confidence, else 0.", GPU)
 CAPTURE_PERIOD = MetricDef(
     "warpwatch_capture_period_seconds", "gauge",
-    "Configured time between capture rounds (--period); staleness alerts are multiples of it.",
+    "Time between capture rounds now: --period, stretched while the measured cost to the server exceeds "
+    "--overhead-budget; staleness alerts are multiples of it.",
     unit="seconds")
 CAPTURE_WINDOW = MetricDef(
     "warpwatch_capture_window_seconds", "gauge",
@@ -259,10 +260,31 @@ SERVER_TRACE_FILES = MetricDef(
     "after its window timed out; cpu_only: the server front end's CPU trace, deleted unread; abandoned: "
     "never completed, given up).", ("source", "kind"))
 
+# -- What watching costs the server (docs/overhead.md)
+CAPTURE_STOP = MetricDef(
+    "warpwatch_capture_stop_seconds", "histogram",
+    "Seconds from asking a source to end a window until it answered: the time the traced process spent "
+    "ending its profile and writing the trace (a vllm/sglang server may serve nothing meanwhile).",
+    ("source",), unit="seconds")
+SERVED_SLOWDOWN = MetricDef(
+    "warpwatch_served_slowdown_ratio", "gauge",
+    "Mean inter-token latency the server reported inside capture windows (their stop included) divided "
+    "by the mean outside them, minus 1, over the last rounds (vllm/sglang sources; absent until known).",
+    ("source",))
+OVERHEAD = MetricDef(
+    "warpwatch_overhead_ratio", "gauge",
+    "Estimated share of the traced server's time the agent costs at the current period: measured "
+    "slowdown x window / period + stop stall / period, the largest over the sources (absent until a "
+    "window was measured).")
+OVERHEAD_BUDGET = MetricDef(
+    "warpwatch_overhead_budget_ratio", "gauge",
+    "The share of the server's time the agent may cost (--overhead-budget); above it the period is "
+    "stretched.")
+
 AGENT: tuple[MetricDef, ...] = (
     HTTP_CONNECTIONS, HTTP_REJECTED, DAEMON_CLIENTS, DAEMON_CLIENTS_SEEN, DAEMON_DATAGRAMS_DROPPED,
     DAEMON_REPLIES_DROPPED, DAEMON_CLIENTS_EVICTED,
-    SERVER_WINDOWS_SKIPPED, SERVER_TRACE_FILES,
+    SERVER_WINDOWS_SKIPPED, SERVER_TRACE_FILES, CAPTURE_STOP, SERVED_SLOWDOWN, OVERHEAD, OVERHEAD_BUDGET,
 )
 
 

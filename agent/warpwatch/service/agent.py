@@ -15,17 +15,20 @@ from prometheus_client.process_collector import ProcessCollector
 
 from .. import __version__, native
 from ..capture import CapturedWindow, Source, capture_overhead_s
-from ..config import MAX_DUTY, Config, describe
+from ..config import MAX_DUTY, MAX_PERIOD_S, Config, describe
 from ..export.builder import GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
 from ..export.nvml import Nvml, NvmlReading
+from ..export.overhead import OverheadCollector
 from ..export.selfmetrics import AgentCollector
 from ..logs import RepeatFilter, event, limited_event
 from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
+from ..overhead import OverheadLedger
 from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limits, raise_nofile
 from ..serving.webconfig import WebConfig
 from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
+from .costs import note_costs
 from .signals import handle_signals
 from .ticker import CLOCK_JUMP_S, Ticker
 from .window import RAISED, WindowReading, read_window, repeat_key
@@ -71,6 +74,9 @@ class Service:
         ProcessCollector(registry=self.self_registry)
         PlatformCollector(registry=self.self_registry)
         GCCollector(registry=self.self_registry)
+        self.overhead = OverheadLedger(config.overhead_budget, config.period, MAX_PERIOD_S)
+        """What the windows cost the traced servers, and the period within --overhead-budget."""
+        self.self_registry.register(OverheadCollector(self.overhead.view))
         self._rendered: dict[str, tuple[Snapshot, bytes]] = {}
         self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=config.duty,
                                        capture_period=config.period, capture_window=config.window,
@@ -245,7 +251,7 @@ class Service:
         if self._stopping.is_set():
             return False, "shutting down"
         c = self.config
-        slack = c.period + c.jitter + c.window + c.collect_timeout + READY_SLACK_S
+        slack = self.overhead.period + c.jitter + c.window + c.collect_timeout + READY_SLACK_S
         now = self.monotonic()
         if self._last_round_end is None:
             started = self._started_at if self._started_at is not None else now
@@ -288,6 +294,11 @@ class Service:
         self.nvml.begin()
         windows = self._capture_all()
         reading = self.nvml.end()
+        if (period := note_costs(self.overhead, self.sources, c_window=self.config.window)) is not None:
+            if self._scheduler is not None:
+                self._scheduler.set_period(period)
+            self.builder.capture_period = period
+            self.builder.capture_duty = self.config.window / period
         with self._faults_lock:
             faults, self._faults = self._faults, []
         for stage, reason in faults:

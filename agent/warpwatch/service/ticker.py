@@ -58,6 +58,16 @@ class Ticker:
         self._watchdog = threading.Thread(target=self._watch, name="warpwatch-clock-watch", daemon=True)
         self._watchdog.start()
 
+    def set_period(self, period: float) -> None:
+        """Ticks every `period` from now on (the next one `period` after the last)."""
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        self._period = period
+        if self._scheduler is not None:
+            self._scheduler.reschedule_job(
+                self.JOB_ID, trigger=IntervalTrigger(seconds=period, jitter=self._jitter or None,
+                                                     timezone=timezone.utc))
+
     def _watch(self) -> None:
         wall0, mono0 = self._wall(), time.monotonic()
         while not self._stop.wait(self._watch_s):

@@ -1,0 +1,120 @@
+"""The server's own inter-token latency, read on its `/metrics` around each window.
+
+vLLM (v1 engine, 0.7+) exports `vllm:inter_token_latency_seconds` (before 0.11 the same histogram
+was `vllm:time_per_output_token_seconds`); SGLang (with `--enable-metrics`)
+`sglang:inter_token_latency_seconds`, earlier `sglang:time_per_output_token_seconds`. Each
+observation is one token's gap from the token before it in its stream, so the histogram's sum over
+its count is the mean gap: what a streaming client sees. Their sum and count, added over every
+label set (engines, models), are read just before a window starts and just after it ended; the
+difference is the window's share, and the difference from the previous window's end the share of
+the time between windows (`overhead.LatencySplit`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import NamedTuple
+
+from ..overhead import LatencySplit
+
+log = logging.getLogger("warpwatch.capture.servers")
+
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "sglang": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+}
+"""Per engine, the inter-token latency histogram's names, newest first."""
+
+
+class Totals(NamedTuple):
+    seconds: float
+    tokens: float
+
+
+def histogram_totals(text: str, names: tuple[str, ...]) -> Totals | None:
+    """The first of `names` present in an exposition: its `_sum` and `_count` added over label
+    sets; None when none is there (or its values are not finite numbers)."""
+    for name in names:
+        sums = _samples(text, name + "_sum")
+        counts = _samples(text, name + "_count")
+        if sums is None or counts is None:
+            continue
+        total = Totals(sum(sums), sum(counts))
+        return total if all(math.isfinite(v) and v >= 0 for v in total) else None
+    return None
+
+
+def _samples(text: str, sample: str) -> list[float] | None:
+    out: list[float] = []
+    for line in text.splitlines():
+        if not line.startswith(sample) or line[len(sample):len(sample) + 1] not in ("{", " "):
+            continue
+        value = line.rsplit("}", 1)[-1].split()
+        try:
+            out.append(float(value[0]))
+        except (IndexError, ValueError):
+            return None
+    return out or None
+
+
+class ServedLatency:
+    """Splits a server's inter-token latency into inside and outside windows, cumulatively.
+
+    `read` returns the exposition's text, or None when it could not be had. A window is
+    `started()` and then `ended()`; a failed read leaves that window (and the span before the
+    next) out. After the first read that finds no histogram (an empty text for a server without
+    `/metrics`), it stops asking (logged once). No `names`: never asks."""
+
+    def __init__(self, names: tuple[str, ...], read: Callable[[], str | None], *, name: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._names = names
+        self._read = read
+        self._name = name
+        self._clock = clock
+        self._split = LatencySplit()
+        self._measured = False
+        self._enabled = bool(names)
+        self._start: tuple[Totals, float] | None = None
+        self._last_end: Totals | None = None
+
+    def split(self) -> LatencySplit | None:
+        """The cumulative split, once a window was measured on both sides; else None."""
+        return self._split if self._measured else None
+
+    def started(self) -> None:
+        sample = self._sample()
+        self._start = None if sample is None else (sample, self._clock())
+        if sample is not None and self._last_end is not None and sample.tokens >= self._last_end.tokens:
+            s = self._split
+            self._split = replace(s, outside_s=s.outside_s + sample.seconds - self._last_end.seconds,
+                                  outside_tokens=s.outside_tokens + sample.tokens - self._last_end.tokens)
+        self._last_end = None
+
+    def ended(self) -> None:
+        start, self._start = self._start, None
+        sample = self._sample() if start is not None else None
+        if start is None or sample is None or sample.tokens < start[0].tokens:
+            return  # a restarted server resets its counters: that window is left out
+        s = self._split
+        self._split = replace(s, inside_s=s.inside_s + sample.seconds - start[0].seconds,
+                              inside_tokens=s.inside_tokens + sample.tokens - start[0].tokens,
+                              inside_wall_s=s.inside_wall_s + self._clock() - start[1], windows=s.windows + 1)
+        self._last_end = sample
+        self._measured = self._measured or s.outside_tokens > 0
+
+    def _sample(self) -> Totals | None:
+        if not self._enabled:
+            return None
+        text = self._read()
+        if text is None:
+            return None
+        totals = histogram_totals(text, self._names)
+        if totals is None:
+            self._enabled = False
+            log.info("%s: the server's /metrics has no %s histogram: the served slowdown is not measured",
+                     self._name, " or ".join(self._names))
+        return totals

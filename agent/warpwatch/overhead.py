@@ -1,0 +1,175 @@
+"""What watching costs the traced server, and the period that keeps it within the budget.
+
+Two measures come from the sources each round:
+
+- the **stop stall**: seconds from asking a source to end a window until it answered (a vLLM
+  worker writes its trace, and builds its `key_averages()` table, before it serves again);
+- the **served latency** (vllm/sglang sources): the engine's own inter-token latency histogram,
+  its sum and count read before each window starts and after it ended, split into what fell
+  inside windows and what fell between them (`LatencySplit`, cumulative).
+
+From the last `ROUNDS` rounds the ledger estimates, per source, the slowdown s (mean inter-token
+latency inside ÷ outside − 1) and the stall, and the server time lost per round:
+
+    lost = max(T · s / (1 + s), stall)        cost(P) = lost / P
+
+T being the mean wall time inside a window (its start to its stop's answer and the collection of
+its files): each stream served T / (1 + s) worth of tokens in T. The stall is already inside T
+(tokens held by a stop show their wait in the engine's histogram), so it is not added again; it
+bounds `lost` from below, and alone where a source gives no served measure (kineto-daemon): only
+what is measured is charged. The largest over the sources counts (they run side by side). The
+period that keeps the cost within the budget is `lost / budget`, never less than the configured
+one nor more than `max_period`; the window is never shortened (the sampling-window correction
+needs it). Pure: no clock, no I/O; the service feeds it and reads `view()`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+ROUNDS = 5
+"""Rounds a source's measures are pooled over."""
+STOP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Upper bounds of `warpwatch_capture_stop_seconds` (seconds): an instant answer up to a 5-min flush."""
+PERIOD_CHANGE = 0.1
+"""A new period is taken only when it differs from the current one by more than this share (no
+flapping on noise)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySplit:
+    """Cumulative inter-token latency reported by a server: seconds and tokens inside capture
+    windows (a window's start to its stop's answer and the files' collection) and outside them,
+    and the wall time spent inside windows and how many there were."""
+
+    inside_s: float = 0.0
+    inside_tokens: float = 0.0
+    outside_s: float = 0.0
+    outside_tokens: float = 0.0
+    inside_wall_s: float = 0.0
+    windows: int = 0
+
+    def minus(self, earlier: LatencySplit) -> LatencySplit:
+        return LatencySplit(self.inside_s - earlier.inside_s, self.inside_tokens - earlier.inside_tokens,
+                            self.outside_s - earlier.outside_s, self.outside_tokens - earlier.outside_tokens,
+                            self.inside_wall_s - earlier.inside_wall_s, self.windows - earlier.windows)
+
+
+def slowdown(split: LatencySplit) -> float | None:
+    """Mean latency inside ÷ outside − 1; None without tokens on both sides."""
+    if split.inside_tokens <= 0 or split.outside_tokens <= 0 or split.outside_s <= 0:
+        return None
+    ratio = (split.inside_s / split.inside_tokens) / (split.outside_s / split.outside_tokens)
+    return ratio - 1.0 if math.isfinite(ratio) else None
+
+
+@dataclass
+class StopHistogram:
+    """Cumulative counts of stop stalls per `STOP_BUCKETS` bound (the last slot is +Inf)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(STOP_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        i = next((i for i, bound in enumerate(STOP_BUCKETS) if seconds <= bound), len(STOP_BUCKETS))
+        self.counts[i] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, cumulative count) pairs, "+Inf" last, as a histogram is exposed."""
+        out, running = [], 0
+        for bound, n in zip((*map(str, STOP_BUCKETS), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class OverheadView:
+    """What the agent exports about its cost (`export.overhead`)."""
+
+    budget: float
+    period: float
+    slowdown: dict[str, float]
+    """Per source with a served measure on both sides of its windows."""
+    cost: float | None
+    """At `period`; None until a round measured something."""
+    stops: dict[str, StopHistogram]
+
+
+class _SourceLedger:
+    def __init__(self) -> None:
+        self.stalls: deque[float] = deque(maxlen=ROUNDS)
+        """The largest stop of each of the last rounds that had one (their largest counts: a
+        stall is not averaged away by quick ones)."""
+        self.splits: deque[LatencySplit] = deque(maxlen=ROUNDS + 1)
+        self.histogram = StopHistogram()
+
+    def recent(self) -> LatencySplit | None:
+        return self.splits[-1].minus(self.splits[0]) if len(self.splits) >= 2 else None
+
+    def slowdown(self) -> float | None:
+        recent = self.recent()
+        return None if recent is None else slowdown(recent)
+
+    def lost(self) -> float | None:
+        """Server seconds lost per round, or None when nothing was measured."""
+        stall = max(self.stalls) if self.stalls else None
+        recent, s = self.recent(), self.slowdown()
+        served = None
+        if recent is not None and s is not None and recent.windows > 0:
+            served = max(0.0, s) / (1.0 + max(0.0, s)) * recent.inside_wall_s / recent.windows
+        known = [v for v in (stall, served) if v is not None]
+        return max(known) if known else None
+
+
+class OverheadLedger:
+    """The last rounds' measures per source, the cost they imply, and the period within `budget`."""
+
+    def __init__(self, budget: float, period: float, max_period: float) -> None:
+        if not 0 < budget <= 1:
+            raise ValueError(f"budget must be a share in (0, 1], got {budget!r}")
+        self.budget = budget
+        self.max_period = max(period, max_period)
+        self.configured_period = period
+        self.period = period
+        """The period in force: the configured one, or longer while the cost is above the budget."""
+        self._sources: dict[str, _SourceLedger] = {}
+
+    def observe(self, source: str, stops: list[float], served: LatencySplit | None) -> None:
+        """One round of one source: the stops it answered, its cumulative served latency."""
+        led = self._sources.setdefault(source, _SourceLedger())
+        good = [s for s in stops if math.isfinite(s) and s >= 0]
+        for s in good:
+            led.histogram.observe(s)
+        if good:
+            led.stalls.append(max(good))
+        if served is not None and (not led.splits or served != led.splits[-1]):
+            led.splits.append(served)
+
+    def lost(self) -> float | None:
+        """Server seconds lost per round, the largest over the sources; None when unmeasured."""
+        per_source = [v for led in self._sources.values() if (v := led.lost()) is not None]
+        return max(per_source) if per_source else None
+
+    def cost(self) -> float | None:
+        lost = self.lost()
+        return None if lost is None else lost / self.period
+
+    def replan(self) -> float | None:
+        """Recompute the period; the new one when it changed (beyond `PERIOD_CHANGE`), else None."""
+        lost = self.lost()
+        wanted = self.configured_period if lost is None else max(self.configured_period, lost / self.budget)
+        wanted = min(wanted, self.max_period)
+        if abs(wanted - self.period) <= PERIOD_CHANGE * self.period:
+            return None
+        self.period = wanted
+        return wanted
+
+    def view(self) -> OverheadView:
+        slow = {name: s for name, led in self._sources.items() if (s := led.slowdown()) is not None}
+        return OverheadView(self.budget, self.period, slow, self.cost(),
+                            {name: led.histogram for name, led in self._sources.items()
+                             if sum(led.histogram.counts)})
