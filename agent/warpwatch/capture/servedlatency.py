@@ -51,9 +51,10 @@ def histogram_totals(text: str, names: tuple[str, ...]) -> Totals | None:
 def _samples(text: str, sample: str) -> list[float] | None:
     out: list[float] = []
     for line in text.splitlines():
-        if not line.startswith(sample) or line[len(sample):len(sample) + 1] not in ("{", " "):
+        rest = line[len(sample):]
+        if not line.startswith(sample) or rest[:1] not in ("{", " "):
             continue
-        value = line.rsplit("}", 1)[-1].split()
+        value = (rest.rsplit("}", 1)[-1] if rest.startswith("{") else rest).split()
         try:
             out.append(float(value[0]))
         except (IndexError, ValueError):

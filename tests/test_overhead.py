@@ -1,0 +1,80 @@
+"""The cost ledger (`warpwatch.overhead`): slowdown, server time lost per round, the period within
+the budget. Expected figures are worked by hand in each test's comment."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from warpwatch.overhead import STOP_BUCKETS, LatencySplit, OverheadLedger, StopHistogram, slowdown
+
+
+def test_slowdown_is_the_ratio_of_mean_latencies_minus_one() -> None:
+    # inside: 30 tokens in 0.9 s -> 30 ms each; outside: 100 tokens in 2 s -> 20 ms each: 1.5x
+    assert slowdown(LatencySplit(0.9, 30, 2.0, 100)) == pytest.approx(0.5)
+    assert slowdown(LatencySplit(0.9, 0, 2.0, 100)) is None  # no token inside
+    assert slowdown(LatencySplit(0.9, 30, 0.0, 0)) is None  # nothing outside yet
+
+
+def test_a_stall_alone_stretches_the_period_to_stall_over_budget() -> None:
+    ledger = OverheadLedger(0.01, 60.0, 86400.0)
+    ledger.observe("vllm:a", [2.0], None)
+    # 2 s lost per round at a 60 s period is 3.3 %; within 1 % the period must be 2 / 0.01 = 200 s
+    assert ledger.cost() == pytest.approx(2.0 / 60.0)
+    assert ledger.replan() == pytest.approx(200.0)
+    assert ledger.period == pytest.approx(200.0)
+    assert ledger.cost() == pytest.approx(0.01)
+    assert ledger.replan() is None  # stable
+
+
+def test_the_served_slowdown_counts_the_time_inside_windows_once() -> None:
+    ledger = OverheadLedger(0.01, 10.0, 86400.0)
+    ledger.observe("vllm:a", [], LatencySplit())
+    # Two windows of 1.5 s wall each; inside 40 ms per token, outside 20 ms: slowdown 1, so each
+    # stream served 0.75 s worth of tokens in 1.5 s: 0.75 s lost per round (the 0.5 s stall is inside it).
+    ledger.observe("vllm:a", [0.5], LatencySplit(2.0, 50, 4.0, 200, 3.0, 2))
+    assert ledger.view().slowdown == {"vllm:a": pytest.approx(1.0)}
+    assert ledger.lost() == pytest.approx(0.75)
+    assert ledger.replan() == pytest.approx(75.0)
+
+
+def test_the_largest_source_counts_and_a_quiet_ledger_keeps_the_configured_period() -> None:
+    ledger = OverheadLedger(0.05, 60.0, 86400.0)
+    assert ledger.cost() is None and ledger.replan() is None
+    ledger.observe("a", [1.0], None)
+    ledger.observe("b", [4.0], None)
+    assert ledger.lost() == 4.0
+    assert ledger.replan() == pytest.approx(80.0)  # 4 / 0.05
+    for _ in range(5):  # five quick rounds push the slow ones out of the last rounds
+        ledger.observe("a", [0.01], None)
+        ledger.observe("b", [0.01], None)
+    assert ledger.replan() == 60.0  # back to --period, never below it
+
+
+def test_the_period_is_capped_and_small_changes_are_ignored() -> None:
+    ledger = OverheadLedger(0.01, 60.0, 3600.0)
+    ledger.observe("a", [100.0], None)
+    assert ledger.replan() == 3600.0  # 100 / 0.01 = 10,000 s, capped
+    ledger = OverheadLedger(0.01, 60.0, 3600.0)
+    ledger.observe("a", [0.65], None)
+    assert ledger.replan() is None  # 65 s is within 10 % of 60 s
+
+
+def test_bad_measures_are_ignored() -> None:
+    ledger = OverheadLedger(0.01, 60.0, 3600.0)
+    ledger.observe("a", [math.inf, math.nan, -1.0], None)
+    assert ledger.cost() is None
+    with pytest.raises(ValueError, match="budget"):
+        OverheadLedger(0.0, 60.0, 3600.0)
+
+
+def test_the_stop_histogram_is_cumulative_with_inf_last() -> None:
+    h = StopHistogram()
+    for s in (0.005, 0.3, 0.3, 20.0, 1000.0):
+        h.observe(s)
+    buckets = dict(h.cumulative())
+    assert list(buckets)[-1] == "+Inf" and len(buckets) == len(STOP_BUCKETS) + 1
+    assert buckets["0.01"] == 1 and buckets["0.25"] == 1 and buckets["0.5"] == 3
+    assert buckets["30.0"] == 4 and buckets["+Inf"] == 5
+    assert h.total == pytest.approx(1020.605)
