@@ -29,14 +29,21 @@ def test_totals_add_every_label_set_of_the_newest_name_present() -> None:
     assert histogram_totals(exposition(90, 2.5), HISTOGRAMS["vllm"]) == (3.5, 100.0)
     old = "vllm:time_per_output_token_seconds_sum 4.0\nvllm:time_per_output_token_seconds_count 8\n"
     assert histogram_totals(old, HISTOGRAMS["vllm"]) == (4.0, 8.0)
-    sglang = 'sglang:inter_token_latency_seconds_sum{tp_rank="0"} 1.5\nsglang:inter_token_latency_seconds_count{tp_rank="0"} 3\n'
+    sglang = ('sglang:inter_token_latency_seconds_sum{tp_rank="0"} 1.5\n'
+              'sglang:inter_token_latency_seconds_count{tp_rank="0"} 3\n')
     assert histogram_totals(sglang, HISTOGRAMS["sglang"]) == (1.5, 3.0)
 
 
-@pytest.mark.parametrize("text", ["", "garbage", "vllm:inter_token_latency_seconds_sum NaN\n"
-                                  "vllm:inter_token_latency_seconds_count 3\n",
-                                  "vllm:inter_token_latency_seconds_sum{a=\"b\"} x\nvllm:inter_token_latency_seconds_count 1\n",
-                                  "vllm:inter_token_latency_seconds_sum 1\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "garbage",
+        "vllm:inter_token_latency_seconds_sum NaN\nvllm:inter_token_latency_seconds_count 3\n",
+        'vllm:inter_token_latency_seconds_sum{a="b"} x\nvllm:inter_token_latency_seconds_count 1\n',
+        "vllm:inter_token_latency_seconds_sum 1\n",
+    ],
+)
 def test_no_histogram_or_a_malformed_one_gives_none(text: str) -> None:
     assert histogram_totals(text, HISTOGRAMS["vllm"]) is None
 
@@ -87,8 +94,11 @@ def test_a_server_without_the_histogram_is_asked_once(caplog: pytest.LogCaptureF
 
 
 def test_a_failed_read_or_a_restarted_server_leaves_that_span_out() -> None:
-    script = Script([exposition(*r) for r in ((0, 0), (10, 0.5))] + [None] + [
-        exposition(*r) for r in ((20, 0.9), (30, 1.4), (5, 0.1), (15, 0.6), (25, 1.1), (35, 1.6))])
+    script = Script(
+        [exposition(*r) for r in ((0, 0), (10, 0.5))]
+        + [None]
+        + [exposition(*r) for r in ((20, 0.9), (30, 1.4), (5, 0.1), (15, 0.6), (25, 1.1), (35, 1.6))]
+    )
     served = ServedLatency(HISTOGRAMS["vllm"], script.read, name="vllm:x", clock=script.clock)
     served.started()
     served.ended()  # inside: 10 tokens
