@@ -11,6 +11,7 @@ accounted for, whose files stayed in the folder. One short window only (memory, 
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -51,18 +52,22 @@ def traces(folder: Path) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-def test_a_slow_stop_is_answered_before_any_other_start(server: VllmServer, root: Path) -> None:
+def test_a_slow_stop_is_answered_before_any_other_start(server: VllmServer, root: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     profiles = root / "profiles"
     src = VllmSource(server.url, profiles, delete_processed=True, poll_interval_s=0.2, retry_pause_s=0.1,
                      request_timeout_s=3.0, flush_timeout_s=5.0, backoff_s=1.0, settle_quiet_s=1.0,
                      late_timeout_s=200.0)
     src.start()
+    caplog.set_level(logging.WARNING, logger="warpwatch.capture.servers")
     windows: list[CapturedWindow] = []
+    stops: list[float] = []
     handed_at = None
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline:
             windows += src.capture(WINDOW_S, 5.0)
+            stops += src.take_stop_seconds()
             handed = [w for w in windows if w.path is not None]
             for w in handed:
                 w.done(True)
@@ -91,3 +96,8 @@ def test_a_slow_stop_is_answered_before_any_other_start(server: VllmServer, root
     assert {w.outcome for w in windows if w.path is None} == {"timed_out"}
     assert src.server_stats().skipped.get("previous_flush_pending", 0) >= 1
     assert complete(server)
+    # The stall is timed (the first stop answered after the window's 5 s flush budget), and the
+    # stacks in the trace were named once, loudly.
+    assert stops and stops[0] > 5.0, stops
+    warned = [r.getMessage() for r in caplog.records if "the server's profiler records" in r.getMessage()]
+    assert len(warned) == 1 and '"torch_profiler_with_stack": false' in warned[0], warned

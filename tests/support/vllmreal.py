@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -176,3 +178,47 @@ def complete(server: VllmServer, prompt: str = "the quick brown", tokens: int = 
     with urllib.request.urlopen(req, timeout=60) as resp:
         doc = json.load(resp)
     return str(doc["choices"][0]["text"])
+
+
+class StreamLoad:
+    """`streams` threads, each sending streaming completions one after the other (a fixed prompt,
+    `tokens` tokens each, `ignore_eos`), recording when each token arrived (monotonic seconds).
+    A steady load, and the client's side of the inter-token latency: `gaps()`."""
+
+    def __init__(self, server: VllmServer, streams: int = 4, tokens: int = 32, prompt: str = "the quick brown") -> None:
+        self.server, self.tokens, self.prompt = server, tokens, prompt
+        self.requests: list[list[float]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, name=f"load-{i}", daemon=True) for i in range(streams)]
+
+    def __enter__(self) -> StreamLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(120)
+
+    def _run(self) -> None:
+        body = json.dumps({"model": str(self.server.model), "prompt": self.prompt, "max_tokens": self.tokens,
+                           "ignore_eos": True, "temperature": 0.0, "seed": 0, "stream": True}).encode()
+        while not self._stop.is_set():
+            arrivals: list[float] = []
+            req = urllib.request.Request(self.server.url + "/v1/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=300) as resp:
+                    for line in resp:
+                        if line.startswith(b"data: {"):
+                            arrivals.append(time.monotonic())
+            except OSError as exc:
+                self.errors.append(str(exc))
+                time.sleep(0.5)
+            self.requests.append(arrivals)
+
+    def gaps(self) -> list[tuple[float, float]]:
+        """(arrival, seconds since the token before it in its stream) for every token but the first."""
+        return [(b, b - a) for arrivals in list(self.requests) for a, b in itertools.pairwise(arrivals)]

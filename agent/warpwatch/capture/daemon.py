@@ -124,6 +124,7 @@ class KinetoDaemonSource:
         self._clients = ClientRegistry(poll_interval_hint_s, max_clients)
         self._files = TraceFiles(self.trace_dir, delete_processed)
         self._window_seq = 0
+        self._stop_seconds: list[float] = []
         self._socket = DaemonSocket(socket_dir, name)
         self._responder = Responder(name, self.trace_dir, self.activity_types, start_lead_s, client_ttl_s,
                                     self._socket, self._clients, self._changed)
@@ -205,6 +206,12 @@ class KinetoDaemonSource:
                                dropped={"malformed": c.malformed}, replies_dropped=dict(c.replies_dropped),
                                evicted=dict(self._clients.evicted))
 
+    def take_stop_seconds(self) -> list[float]:
+        """Per client trace since the last call: seconds from its window's end until its file was
+        there (Kineto ends its profile and writes the trace; its loop ticks once a second)."""
+        out, self._stop_seconds = self._stop_seconds, []
+        return out
+
     @property
     def malformed_datagrams(self) -> int:
         """Datagrams dropped because they were not well-formed Kineto messages."""
@@ -272,6 +279,8 @@ class KinetoDaemonSource:
                         result = served_result(self.name, self._files, item, now - item.sent_at, limit)
                         if result is not None:
                             results[item.key] = result
+                            if result.path is not None:  # the client's trace is written: its stop took this long
+                                self._stop_seconds.append(max(0.0, time.time() - item.requested[1] / 1e6))
                 if self._stop.is_set() or (not window.accepting and len(results) == len(served)):
                     break
         finally:

@@ -186,6 +186,9 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         """Which trace names a step-bounded session may own (None: any)."""
         return None
 
+    def inspect_windows(self, windows: list[CapturedWindow]) -> None:
+        """Sees each round's windows before the service does (a look at what the server records)."""
+
     # -- Source protocol -----------------------------------------------------------------
 
     def start(self) -> None:
@@ -233,6 +236,11 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         return float((self._requests_before_start + 1) * one + self.request_timeout_s)
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        out = self._capture(window_s, timeout_s)
+        self.inspect_windows(out)
+        return out
+
+    def _capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         if self._closed.is_set():
             return []
         out = self._sweep_late()
@@ -257,9 +265,10 @@ class ProfilingServerSource(SessionStops, SessionFiles):
             return [*out, refusal]
         self._served.started()
         try:
-            return [*out, *self._window(window_s, timeout_s)]
+            out.extend(self._window(window_s, timeout_s))
         finally:
             self._served.ended()
+        return out
 
     def _window(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Start, wait, stop and collect one window (the module doc's steps 3 to 5)."""

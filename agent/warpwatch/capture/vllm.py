@@ -35,6 +35,7 @@ replays them):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -42,11 +43,14 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import CapturedWindow
+from .profilerextras import recorded_extras
 from .serverbase import ProfilingServerSource
 from .serverhttp import Reply
 from .serversession import Session
 
 __all__ = ["VllmSource"]
+
+log = logging.getLogger("warpwatch.capture.servers")
 
 _SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 _WORKER = re.compile(r"^(?P<worker>.+?)\.(?P<ts>\d+)$")
@@ -60,6 +64,8 @@ DEFAULT_MAX_STEPS = 16
 """Engine steps a worker records per window before it stops by itself (`max_iterations`): about
 0.2-1 s of decoding on a GPU, a trace of a few MB at most."""
 MAX_STEPS_LIMIT = 100_000
+INSPECTED_WINDOWS = 3
+"""Traces looked at for what the server's profiler records beyond kernels (`profilerextras`)."""
 
 
 def _worker(name: str) -> str:
@@ -88,6 +94,32 @@ class VllmSource(ProfilingServerSource):
                               f"(0: the whole window), got {max_steps!r}")
         super().__init__(url, trace_dir, **options)
         self.max_steps = max_steps
+        self._inspected = 0
+        self._front_end_warned = False
+
+    def inspect_windows(self, windows: list[CapturedWindow]) -> None:
+        """Warn once, loudly, when the server's profiler records stacks, memory or shapes, and
+        when its API server profiles itself."""
+        if self._files["cpu_only"] and not self._front_end_warned:
+            self._front_end_warned = True
+            log.warning(
+                "%s: vLLM's API server profiles itself during each window (its CPU-only *.async_llm.* trace): "
+                "at each stop it exports that trace and builds a table in the process that streams tokens to "
+                "clients, a stall the engine's inter-token latency histogram does not show (so the agent "
+                "underestimates its cost). Add \"ignore_frontend\": true to vLLM's --profiler-config "
+                "(docs/overhead.md)", self.name)
+        for w in windows:
+            if w.path is None or self._inspected >= INSPECTED_WINDOWS:
+                continue
+            self._inspected += 1
+            if extras := recorded_extras(w.path):
+                self._inspected = INSPECTED_WINDOWS
+                log.warning(
+                    "%s: the server's profiler records %s: each window costs the server far more than its "
+                    "kernels (a stop took 66 s with stacks on the CPU build). Start vLLM with --profiler-config "
+                    "'{\"profiler\": \"torch\", \"torch_profiler_dir\": \"%s\", %s, "
+                    "\"ignore_frontend\": true}' (docs/overhead.md)",
+                    self.name, ", ".join(extras), self.trace_dir, ", ".join(f'\"{e}\": false' for e in extras))
 
     def _start_body(self) -> bytes | None:
         return json.dumps({"max_iterations": self.max_steps}).encode() if self.max_steps else None
