@@ -1,4 +1,4 @@
-"""Two runs of `attacks.py --json` side by side, one Markdown row per attack (matched by name).
+"""Two runs of `python benchmarks/attacks --json` side by side, one Markdown row per attack (matched by name).
 
     python benchmarks/attacks_compare.py BEFORE.json AFTER.json [--labels "4ac2651" "this tree"]
 

@@ -1,9 +1,9 @@
-"""Every attack of issue 15, at full size, against a live agent on loopback; prints a table.
+"""Every attack, at full size, against a live agent on loopback; prints a table.
 
     python benchmarks/attacks                      # this checkout's agent
     python benchmarks/attacks --agent-path DIR     # another checkout's agent/ (e.g. a clone of main)
     python benchmarks/attacks --only idle,slowloris --json out.json
-    python benchmarks/attacks --only issue20       # issue 20's rows (attacks20.py), in memory cgroups
+    python benchmarks/attacks --only hostile       # the hostile rows (hostile_*.py), in memory cgroups
 
 For each attack a fresh agent (`dir:` of an empty folder, 60 s period) is started, attacked for a
 bounded time while a normal client scrapes `/metrics` every 0.5 s (5 s time-out), sampled every

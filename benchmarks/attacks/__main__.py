@@ -14,8 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a folder: `attacks` is then importable
 
 from attacks import __doc__ as DOC
-from attacks.issue15 import ATTACKS
-from attacks.issue20 import ATTACKS20, ISSUE20
+from attacks.floods import FLOODS
+from attacks.hostile_inputs import HOSTILE
 from attacks.kit import ROOT, Row
 
 
@@ -33,23 +33,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent-path", type=Path, default=ROOT / "agent",
                         help="the agent/ folder of the checkout to attack (default: this one)")
-    parser.add_argument("--only", default=",".join([*ATTACKS, "issue20"]),
-                        help="comma-separated: " + ",".join(ATTACKS) + ", issue20 (all of attacks20.py's) "
+    parser.add_argument("--only", default=",".join([*FLOODS, "hostile"]),
+                        help="comma-separated: " + ",".join(FLOODS) + ", hostile (all of " + ",".join(HOSTILE) + ") "
                         "or any of them by name (default: all)")
     parser.add_argument("--rss-cap", type=float, default=8192.0,
-                        help="MiB above which the agent is killed (issue 20's rows: also the memory cgroup "
+                        help="MiB above which the agent is killed (the hostile rows: also the memory cgroup "
                         "each agent runs in, at most 2048)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
-    ATTACKS.update(ATTACKS20)
-    names = [n for name in args.only.split(",") for n in (ISSUE20 if name == "issue20" else [name])]
+    attacks = {**FLOODS, **HOSTILE}
+    names = [n for name in args.only.split(",") for n in (list(HOSTILE) if name == "hostile" else [name])]
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker holds thousands of sockets
     rows: list[Row] = []
     for name in names:
         t0 = time.monotonic()
         try:
-            rows += ATTACKS[name](args.agent_path, args.rss_cap)
+            rows += attacks[name](args.agent_path, args.rss_cap)
         except Exception as exc:  # one attack's failure must not lose the others' rows
             rows.append(Row(name, note=f"attack failed: {type(exc).__name__}: {exc}"))
         print(f"# {name}: {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)

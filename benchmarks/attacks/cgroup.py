@@ -1,5 +1,5 @@
-"""The harness of `attacks20.py`'s rows: an agent in its own memory cgroup, and what its log
-lines and /metrics say happened."""
+"""The harness of the hostile rows (`hostile_inputs.py`, `hostile_daemon.py`): an agent in its own
+memory cgroup, and what its log lines and /metrics say happened."""
 
 from __future__ import annotations
 

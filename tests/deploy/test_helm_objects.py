@@ -29,6 +29,7 @@ from support.helm import (
     container,
     env_of,
     mounts_of,
+    needs_helm,
     one,
     pod_templates,
     render,
@@ -38,6 +39,8 @@ from support.helm import (
 from warpwatch import __version__
 from warpwatch.config import SETTINGS, SETTINGS_BY_NAME, load_config
 from warpwatch.dashboards import chartdoc, deploysync
+
+pytestmark = needs_helm
 
 # security
 

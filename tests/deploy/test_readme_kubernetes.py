@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from support.helm import HELM, needs_helm
 from support.paths import ROOT
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch import __version__
@@ -37,13 +38,7 @@ VLLM_TORCH = {"v0.10.1": "2.7.1", "v0.14.0": "2.9.1", "v0.15.0": "2.9.1", "v0.16
 """The torch each vLLM release pins (`torch==` in the requirements of its PyPI wheel)."""
 
 
-def _find_helm() -> str | None:
-    local = ROOT / ".tools" / "bin" / "helm"
-    return str(local) if local.is_file() else shutil.which("helm")
-
-
-HELM = _find_helm()
-pytestmark = pytest.mark.skipif(HELM is None, reason="helm not found (bash .ci/install-helm installs it)")
+pytestmark = needs_helm
 
 
 def _section() -> str:

@@ -1,4 +1,4 @@
-"""Start, signals and stop of the real agent process under the issue-15 attacks (scaled down)."""
+"""Start, signals and stop of the real agent process under the floods of benchmarks/attacks/floods.py (scaled down)."""
 
 from __future__ import annotations
 

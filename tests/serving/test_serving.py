@@ -1,4 +1,4 @@
-"""The HTTP layer under abuse: each attack of issue 15, scaled down, on loopback, bounded in count
+"""The HTTP layer under abuse: each flood of benchmarks/attacks/floods.py, scaled down, on loopback, bounded in count
 and time. A real `HttpServer` (aiohttp behind the guarded accept loop) serves real sockets; the
 render function is the test's, so that a test can count renders or hold a request in progress.
 

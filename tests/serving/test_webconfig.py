@@ -18,7 +18,7 @@ import pytest
 from support.pki import HASH, PASSWORD, USER, Pki, basic, get
 from support.webconfigkit import _logged, serve, write_config
 from warpwatch.errors import ConfigError
-from warpwatch.serving.basicauth import authorize, check_basic_auth
+from warpwatch.serving.basicauth import BasicAuth
 from warpwatch.serving.tls import server_ssl_context
 from warpwatch.serving.webfile import load_web_config
 
@@ -82,15 +82,15 @@ basic_auth_users:
     assert ctx is not None
     assert ctx.verify_mode == ssl.CERT_REQUIRED
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
-    assert check_basic_auth(cfg, basic("other", PASSWORD))  # a $2y$ hash (htpasswd) works
+    assert BasicAuth(cfg).check(basic("other", PASSWORD))  # a $2y$ hash (htpasswd) works
 
 
 def test_an_empty_file_turns_nothing_on(tmp_path: Path) -> None:
     cfg = load_web_config(write_config(tmp_path, "# nothing\n"))
     assert cfg.tls is None
     assert server_ssl_context(cfg) is None
-    assert authorize(cfg, {}) == (True, {})
-    assert check_basic_auth(cfg, None)
+    assert BasicAuth(cfg).authorize({}) == (True, {})
+    assert BasicAuth(cfg).check(None)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ clients, the basic-auth cache (loading the file: test_webconfig.py)."""
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import http.client
 import json
@@ -25,8 +24,7 @@ import pytest
 from support.pki import CURL, HASH, PASSWORD, USER, Pki, basic, client_context, get, refused
 from support.pki import make_leaf as _make_leaf
 from support.webconfigkit import METRICS, PROMETHEUS, _logged, serve, tls_config, write_config
-from warpwatch.serving import basicauth
-from warpwatch.serving.basicauth import authorize, check_basic_auth
+from warpwatch.serving.basicauth import BasicAuth
 from warpwatch.serving.webfile import load_web_config
 
 # TLS and basic auth over real connections
@@ -212,35 +210,35 @@ def test_successful_checks_are_cached_failed_ones_are_not(tmp_path: Path, monkey
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", counting)
-    monkeypatch.setattr(basicauth, "_cache", collections.OrderedDict())
-    monkeypatch.setattr(basicauth, "AUTH_CACHE_SIZE", 3)
     users = "".join(f"  u{i}: {HASH}\n" for i in range(5))
     cfg = load_web_config(write_config(tmp_path, f"basic_auth_users:\n{users}"))
+    auth = BasicAuth(cfg, cache_size=3)
 
-    assert check_basic_auth(cfg, basic("u0", PASSWORD))
-    assert check_basic_auth(cfg, basic("u0", PASSWORD))
+    assert auth.check(basic("u0", PASSWORD))
+    assert auth.check(basic("u0", PASSWORD))
     assert len(calls) == 1, "a successful check is cached"
-    assert not check_basic_auth(cfg, basic("u0", "wrong"))
-    assert not check_basic_auth(cfg, basic("u0", "wrong"))
+    assert not auth.check(basic("u0", "wrong"))
+    assert not auth.check(basic("u0", "wrong"))
     assert len(calls) == 3, "failed checks are not cached"
-    assert not check_basic_auth(cfg, basic("ghost", PASSWORD))
+    assert not auth.check(basic("ghost", PASSWORD))
     assert len(calls) == 4 and calls[-1] == cfg.dummy_hash, "an unknown user costs a bcrypt too"
     assert calls[-1][:7] == HASH.encode()[:7] == b"$2b$04$", "at the configured cost, not a fixed one"
     for i in range(1, 5):
-        assert check_basic_auth(cfg, basic(f"u{i}", PASSWORD))
-    assert len(basicauth._cache) == 3, "the cache is bounded"
+        assert auth.check(basic(f"u{i}", PASSWORD))
+    assert len(auth) == 3, "the cache is bounded"
     n = len(calls)
-    assert check_basic_auth(cfg, basic("u0", PASSWORD))
+    assert auth.check(basic("u0", PASSWORD))
     assert len(calls) == n + 1, "u0 was evicted"
-    assert all(PASSWORD.encode() not in k for k in basicauth._cache)
+    assert all(PASSWORD.encode() not in k for k in auth._cache)
 
 
 def test_authorize_accepts_the_handlers_header_object(tmp_path: Path) -> None:
     cfg = load_web_config(write_config(tmp_path, f"basic_auth_users:\n  {USER}: {HASH}\n"))
     msg = http.client.HTTPMessage()
     msg["authorization"] = basic(USER, PASSWORD)  # header names are case-insensitive
-    assert authorize(cfg, msg) == (True, {})
-    allowed, extra = authorize(cfg, {"Authorization": basic(USER, "nope")})
+    auth = BasicAuth(cfg)
+    assert auth.authorize(msg) == (True, {})
+    allowed, extra = auth.authorize({"Authorization": basic(USER, "nope")})
     assert not allowed and extra == {"WWW-Authenticate": 'Basic realm="warpwatch", charset="UTF-8"'}
 
 

@@ -1,14 +1,20 @@
-"""Helpers of tests/deploy/test_helm.py and test_helm_objects.py."""
+"""Helpers of the chart's tests (tests/deploy/test_helm*.py, test_readme_kubernetes.py): which helm
+they run, the skip without one, the value sets and renders, and helm's schema errors read alike
+from helm 3 and helm 4."""
 
 from __future__ import annotations
 
 import copy
+import os
+import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import pytest
 import yaml
 
 RELEASE, NAMESPACE = "gpu", "inference"
@@ -22,11 +28,20 @@ AGENT_UID = 65532
 
 
 def _find_helm() -> str | None:
+    """WARPWATCH_HELM when set (None when nothing is there), else .tools/bin/helm, else helm on PATH."""
+    chosen = os.environ.get("WARPWATCH_HELM")
+    if chosen is not None:
+        return chosen if os.access(chosen, os.X_OK) and Path(chosen).is_file() else None
     local = ROOT / ".tools" / "bin" / "helm"
     return str(local) if local.is_file() else shutil.which("helm")
 
 
 HELM = _find_helm()
+HELM_MISSING = (f"helm not found: WARPWATCH_HELM={os.environ['WARPWATCH_HELM']!r} is no executable file"
+                if "WARPWATCH_HELM" in os.environ
+                else "helm not found at .tools/bin/helm or on PATH (bash .ci/install-helm installs it)")
+needs_helm = pytest.mark.skipif(HELM is None, reason=HELM_MISSING)
+"""The mark of every test that runs helm: without helm, a skip that says how to get it."""
 PROMTOOL = shutil.which("promtool")
 
 
@@ -136,7 +151,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 
 def _helm(*args: str, check: bool = True, cwd: Path | None = None, env: dict[str, str] | None = None,
           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    assert HELM is not None
+    if HELM is None:
+        pytest.skip(HELM_MISSING)
     proc = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env,
                           input=stdin)
     if check and proc.returncode != 0:
@@ -209,3 +225,63 @@ def _value_paths(values: dict[str, Any], schema: dict[str, Any], prefix: str = "
         if isinstance(value, dict) and sub.get("additionalProperties") is False:
             out |= _value_paths(value, sub, path + ".")
     return out
+
+
+class SchemaError(NamedTuple):
+    """One complaint of helm about values.schema.json, in words that do not depend on helm's major.
+
+    `path`: the value's dotted path ("kineto.torchVersion"; an unknown key's own path, for
+    `additional`); `kind`: type, pattern, enum, minimum, oneOf or additional; `want`: the
+    expected type, for `type`."""
+
+    path: str
+    kind: str
+    want: str = ""
+
+
+# helm 3 (gojsonschema): "- kineto.torchVersion: Invalid type. Expected: string, given: number"
+_HELM3 = re.compile(r"^\s*- (\(root\)|[^\s:]+): (.*)$", re.MULTILINE)
+_HELM3_KINDS = (
+    (re.compile(r"Invalid type\. Expected: (\w+)"), "type"),
+    (re.compile(r"Does not match pattern"), "pattern"),
+    (re.compile(r"must be one of the following"), "enum"),
+    (re.compile(r"Must be greater than or equal to"), "minimum"),
+    (re.compile(r"Must validate one and only one schema"), "oneOf"),
+    (re.compile(r"Additional property (\S+) is not allowed"), "additional"),
+)
+# helm 4 (jsonschema/v6): "- at '/kineto/torchVersion': got number, want string"
+_HELM4 = re.compile(r"^\s*- at '([^']*)': (.*)$", re.MULTILINE)
+_HELM4_KINDS = (
+    (re.compile(r"^got \w+, want (\w+)"), "type"),
+    (re.compile(r"does not match pattern"), "pattern"),
+    (re.compile(r"^value must be one of"), "enum"),
+    (re.compile(r"^minimum: "), "minimum"),
+    (re.compile(r"^'oneOf' failed"), "oneOf"),
+    (re.compile(r"^additional properties ((?:'[^']*'(?:, )?)+) not allowed"), "additional"),
+)
+
+
+def schema_errors(output: str) -> set[SchemaError]:
+    """The schema complaints in helm's output (`helm lint` or `helm template`), helm 3 or helm 4."""
+    found: set[SchemaError] = set()
+    for match in _HELM3.finditer(output):
+        path = "" if match[1] == "(root)" else match[1]
+        found |= _complaints(path, match[2], _HELM3_KINDS, lambda names: [names])
+    for match in _HELM4.finditer(output):
+        path = ".".join(p.replace("~1", "/").replace("~0", "~") for p in match[1].split("/")[1:])
+        found |= _complaints(path, match[2], _HELM4_KINDS, lambda names: re.findall(r"'([^']*)'", names))
+    return found
+
+
+def _complaints(path: str, message: str, kinds: tuple[tuple[re.Pattern[str], str], ...],
+                names: Callable[[str], list[str]]) -> set[SchemaError]:
+    for pattern, kind in kinds:
+        match = pattern.search(message)
+        if match is None:
+            continue
+        if kind == "type":
+            return {SchemaError(path, kind, match[1])}
+        if kind == "additional":
+            return {SchemaError(f"{path}.{name}".lstrip("."), kind) for name in names(match[1])}
+        return {SchemaError(path, kind)}
+    return set()

@@ -15,7 +15,7 @@ import pytest
 from support.pki import HASH, USER, Pki
 from support.tlsserver import secure_server
 from warpwatch.logs import TextFormatter
-from warpwatch.serving.basicauth import authorize
+from warpwatch.serving.basicauth import BasicAuth
 from warpwatch.serving.webconfig import WebConfig
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -38,9 +38,11 @@ def tls_config(pki: Pki, tmp_path: Path, extra_tls: str = "", rest: str = "", us
 
 
 def _handler(cfg: WebConfig) -> type[BaseHTTPRequestHandler]:
+    auth = BasicAuth(cfg)  # one per server, as the agent's server has
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            allowed, extra = authorize(cfg, self.headers)
+            allowed, extra = auth.authorize(self.headers)
             if not allowed:
                 code, body = 401, b"unauthorized\n"
             elif self.path == "/metrics":

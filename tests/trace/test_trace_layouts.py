@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from support.layouts import event_per_line, is_one_line, one_line
 from support.paths import SHARED_TRACES
 from warpwatch.analysis.window import analyze
 from warpwatch.commands.analyze import analysis_to_dict
@@ -44,29 +45,6 @@ def _texts(path: Path) -> list[bytes]:
             return [tf.extractfile(m).read() for m in tf.getmembers() if m.name.endswith(".json")]  # type: ignore[union-attr]
     data = path.read_bytes()
     return [gzip.decompress(data) if path.name.endswith(".gz") else data]
-
-
-def is_one_line(text: bytes) -> bool:
-    """No newline before the first event nor between it and the next (`pieces.head` looks before it)."""
-    at = text.find(b'"traceEvents"')
-    start = text.index(b"[", at if at >= 0 else 0) + 1
-    first = text.find(b"{", start)
-    return b"\n" not in text[start:first] and b"\n" not in text[first : text.find(b"}, {", first) + 4]
-
-
-def one_line(doc: Any) -> bytes:
-    """As json.dump writes it."""
-    return json.dumps(doc).encode()
-
-
-def event_per_line(doc: Any) -> bytes:
-    """As Kineto writes it: the top-level keys, then each event on a line of its own."""
-    events = doc if isinstance(doc, list) else doc["traceEvents"]
-    body = b"[\n  " + b",\n  ".join(json.dumps(e).encode() for e in events) + b"\n]"
-    if isinstance(doc, list):
-        return body
-    head = b"".join(json.dumps({k: v}).encode()[1:-1] + b",\n  " for k, v in doc.items() if k != "traceEvents")
-    return b"{\n  " + head + b'"traceEvents": ' + body + b"\n}"
 
 
 def fields(trace: Trace) -> tuple[dict[str, Any], dict[str, Any]]:

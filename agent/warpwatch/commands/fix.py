@@ -100,7 +100,8 @@ def fix_trace(src: str, dst: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict
             raise TraceError(src, f"invalid JSON ({exc})") from None
     events = doc if isinstance(doc, list) else doc.get("traceEvents", []) if isinstance(doc, dict) else []
     kernels = [e for e in events if _is_kernel(e)]
-    if any(_restore_reported(e) for e in kernels):  # warpwatch's own output: read the profiler's values
+    restored = [_restore_reported(e) for e in kernels]  # all of them: any() alone would stop at the first
+    if any(restored):  # warpwatch's own output: read the profiler's values
         data = msgspec.json.encode(doc)
     trace = parse_trace(data, src)
     metrics = list(launch_metrics(trace))

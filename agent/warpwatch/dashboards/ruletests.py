@@ -10,22 +10,19 @@ changes the inputs and expectations with it.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..export import metricdefs as md
 from ..errors import ConfigError
+from ..export import metricdefs as md
 from ..model import ARTIFACT_KINDS
 from . import queries as q
 from .alerts import AlertDef, alerts
 from .rules import _annotations, render_template
+from .ruletests_inputs import AGENT, SCRAPE, STEP_S, counter, gauge, input_series, ramp, selector_labels
 from .ruletests_recording import recording_test
-from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration, series
-
-STEP_S = 60
-"""Input series interval and evaluation interval of the tests."""
+from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,76 +45,14 @@ class Scenario:
     """Further evaluation times (minutes) at which nothing may fire yet (the `for` period)."""
 
 
-def gauge(*segments: tuple[float | None, int]) -> str:
-    """promtool values: each (value, n) is n samples of value (None: n missing samples)."""
-    parts = []
-    for value, n in segments:
-        if n <= 0:
-            continue
-        if value is None:
-            parts.append(f"_x{n}")
-        else:
-            parts.append(_num(value) if n == 1 else f"{_num(value)}x{n - 1}")
-    return " ".join(parts)
-
-
-def counter(start: float, step: float, n: int) -> str:
-    """promtool values: n samples start, start+step, ..."""
-    return f"{_num(start)}+{_num(step)}x{n - 1}"
-
-
-def _num(value: float) -> str:
-    value = round(float(value), 9)
-    return repr(int(value)) if value.is_integer() else repr(value)
-
-
-def ramp(*parts: tuple[float, int], start: float = 0.0, missing: int = 0) -> str:
-    """promtool values of a counter: `missing` absent samples, then `start`, then for each
-    (step, n) n samples growing by `step` each."""
-    out = [f"_x{missing}"] if missing else []
-    out.append(_num(start))
-    value = start
-    for step, n in parts:
-        if n <= 0:
-            continue
-        first = value + step
-        out.append(_num(first) if n == 1 else f"{_num(first)}+{_num(step)}x{n - 1}")
-        value += step * n
-    return " ".join(out)
-
-
 def _minutes(duration: str) -> int:
     return math.ceil(duration_seconds(duration) / STEP_S)
-
-
-def _selector_labels(s: Settings) -> dict[str, str]:
-    """The equality matchers of `Settings.selector` as labels the input series must carry."""
-    labels: dict[str, str] = {}
-    for part in filter(str.strip, s.selector.split(",")):
-        match = re.fullmatch(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"\s*', part)
-        if match is None:
-            raise ConfigError(
-                f"selector {s.selector!r}: the promtool tests can only be generated for equality "
-                'matchers such as job="warpwatch"'
-            )
-        labels[match.group(1)] = match.group(2)
-    return labels
-
-
-def _input(metric: md.MetricDef, labels: Mapping[str, str]) -> str:
-    return series(metric, *(f'{k}="{v}"' for k, v in sorted(labels.items())))
-
-
-AGENT = {"namespace": "ml", "deployment": "llm", "pod": "llm-0"}
-"""What the chart's ServiceMonitor attaches to every target from the pod (namespace, pod, and
-deployment from `app.kubernetes.io/instance`), plus what any scrape attaches (job, instance)."""
-SCRAPE = {"job": "warpwatch", "instance": "10.0.0.7:9946", "container": "warpwatch"}
 
 
 def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     window, hold = _minutes(s.artifact_window), _minutes(alert.for_)
     t = max(window, hold) + 5
-    base = {**_selector_labels(s), **AGENT, **SCRAPE}
+    base = {**selector_labels(s), **AGENT, **SCRAPE}
     per_min = 2
     places = ({"gpu": "0", "kernel": "gemm_bf16"}, {"gpu": "1", "kernel": "flash_attn_fwd"})
     pod = {"namespace": AGENT["namespace"], "pod": AGENT["pod"]}
@@ -125,7 +60,7 @@ def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     quiet_kinds = [k for k in ARTIFACT_KINDS if k not in ALERTED_ARTIFACTS]
 
     def inputs(kinds: list[str] | tuple[str, ...], values: str) -> tuple[tuple[str, str], ...]:
-        return tuple((_input(md.PROFILER_ARTIFACTS, {**base, **place, "artifact": kind}), values)
+        return tuple((input_series(md.PROFILER_ARTIFACTS, {**base, **place, "artifact": kind}), values)
                      for kind in kinds for place in places)
 
     return [
@@ -160,7 +95,7 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
             f"shorter than degraded_baseline_offset {s.degraded_baseline_offset}: otherwise the drop enters "
             "its own baseline before it fires"
         )
-    gpu = {**_selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
+    gpu = {**selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
     labels = {**gpu, "kernel": "flash_attn_fwd"}
     fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
     gpu_fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
@@ -173,23 +108,23 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
     n = t + 1
 
     def seconds(per_min: float, missing: int = 0) -> tuple[str, str]:
-        return (_input(md.KERNEL_SECONDS, labels), ramp((per_min, n - 1 - missing), missing=missing))
+        return (input_series(md.KERNEL_SECONDS, labels), ramp((per_min, n - 1 - missing), missing=missing))
 
     def dropping(metric: md.MetricDef, level: float, factor: float, per_min: float = kernel_per_min,
                  missing: int = 0) -> tuple[str, str]:
         before = drop_at - missing
-        return (_input(metric, labels),
+        return (input_series(metric, labels),
                 ramp((level * per_min, before - 1), (level * factor * per_min, n - drop_at), missing=missing))
 
-    observed = (_input(md.GPU_OBSERVED_SECONDS, gpu), ramp((60, n - 1)))
+    observed = (input_series(md.GPU_OBSERVED_SECONDS, gpu), ramp((60, n - 1)))
     est, res = md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS
     # Baseline of N-1 recorded samples: the series start late enough that its window holds one
     # too few (a recorded rate exists from the raw series' second sample).
     start = t - offset_min - s.degraded_min_samples + 1
     if not 0 < start < drop_at:
         raise ConfigError(f"degraded_min_samples {s.degraded_min_samples} does not fit the baseline window")
-    busy = (_input(md.GPU_BUSY_SECONDS, gpu), ramp((60 * min(1.0, s.degraded_min_time_share * 2), n - 1)))
-    quiet_busy = (_input(md.GPU_BUSY_SECONDS, gpu), ramp((quiet_per_min, n - 1)))
+    busy = (input_series(md.GPU_BUSY_SECONDS, gpu), ramp((60 * min(1.0, s.degraded_min_time_share * 2), n - 1)))
+    quiet_busy = (input_series(md.GPU_BUSY_SECONDS, gpu), ramp((quiet_per_min, n - 1)))
     if per_gpu:
         return [
             Scenario("the GPU's occupancy drops: one alert for the GPU, value = now / baseline",
@@ -226,15 +161,15 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     """Two kernels whose Σh·d·estimated_occupancy grow by 30 and 18 per 60 observed seconds: the
     GPU's occupancy is 0.8 (the sum over its kernels per observed second)."""
     t = _minutes(s.nvml_window) + _minutes(alert.for_) + 10
-    labels = {**_selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
+    labels = {**selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
     fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
     ours = 0.8
     far = round(max(0.0, ours - 1.6 * s.nvml_max_difference), 6)
     close = round(ours - 0.8 * s.nvml_max_difference, 6)
-    est = tuple((_input(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, {**labels, "kernel": k}), ramp((v, t)))
+    est = tuple((input_series(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, {**labels, "kernel": k}), ramp((v, t)))
                 for k, v in (("gemm", 30), ("attn", 18)))
-    observed = (_input(md.GPU_OBSERVED_SECONDS, labels), ramp((60, t)))
-    nvml = _input(md.NVML_SM_OCCUPANCY, labels)
+    observed = (input_series(md.GPU_OBSERVED_SECONDS, labels), ramp((60, t)))
+    nvml = input_series(md.NVML_SM_OCCUPANCY, labels)
     return [
         Scenario("estimate far above NVML", (*est, observed, (nvml, gauge((far, t + 1)))), t,
                  (Firing(fired, abs(ours - far)),)),
@@ -245,13 +180,13 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 def _short_window_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     t = _minutes(s.short_window) + _minutes(alert.for_) + 5
-    labels = {**_selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
+    labels = {**selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
     fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
-    ratio = _input(md.GPU_LONGEST_KERNEL_RATIO, labels)
+    ratio = input_series(md.GPU_LONGEST_KERNEL_RATIO, labels)
     long_ratio = round(min(0.99, s.short_max_kernel_ratio + 0.2), 6)
     short_ratio = round(s.short_max_kernel_ratio / 2, 6)
-    busy, observed = _input(md.GPU_BUSY_SECONDS, labels), _input(md.GPU_OBSERVED_SECONDS, labels)
-    util = _input(md.NVML_GPU_UTILIZATION, labels)
+    busy, observed = input_series(md.GPU_BUSY_SECONDS, labels), input_series(md.GPU_OBSERVED_SECONDS, labels)
+    util = input_series(md.NVML_GPU_UTILIZATION, labels)
     gap = round(min(0.45, s.short_max_nvml_gap * 2), 6)
     near = round(s.short_max_nvml_gap / 2, 6)
     busy_series = ((busy, ramp((30, t))), (observed, ramp((60, t))))  # busy 0.5
@@ -271,9 +206,9 @@ def _stale_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     period = 60.0
     bound = period * s.stale_periods
     t = math.ceil((bound + duration_seconds(alert.for_) + 120) / STEP_S)
-    labels = {**_selector_labels(s), **AGENT}
-    metric = _input(md.LAST_WINDOW_TIMESTAMP, labels)
-    periods = _input(md.CAPTURE_PERIOD, labels)
+    labels = {**selector_labels(s), **AGENT}
+    metric = input_series(md.LAST_WINDOW_TIMESTAMP, labels)
+    periods = input_series(md.CAPTURE_PERIOD, labels)
     almost = t * STEP_S - bound + 30  # age at t: bound - 30 s
     return [
         Scenario("last window at time 0, never again",
@@ -290,10 +225,10 @@ def _stale_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 def _failing_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     t = _minutes(s.failing_window) + _minutes(alert.for_) + 5
-    labels = {**_selector_labels(s), **AGENT}
+    labels = {**selector_labels(s), **AGENT}
 
     def outcome(name: str, per_min: float) -> tuple[str, str]:
-        return (_input(md.WINDOWS, {**labels, "outcome": name}), counter(10, per_min, t + 1))
+        return (input_series(md.WINDOWS, {**labels, "outcome": name}), counter(10, per_min, t + 1))
 
     share = round(s.failing_ratio * 0.8, 2)
     bad = round(100 * share)
@@ -310,8 +245,8 @@ def _failing_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 def _duty_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     t = _minutes(alert.for_) + 5
-    labels = {**_selector_labels(s), **AGENT}
-    metric = _input(md.CAPTURE_DUTY, labels)
+    labels = {**selector_labels(s), **AGENT}
+    metric = input_series(md.CAPTURE_DUTY, labels)
     high = round(s.max_capture_duty * 2, 6)
     return [
         Scenario("duty twice the bound", ((metric, gauge((high, t + 1))),), t, (Firing(labels, high),)),

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..export import metricdefs as md
 from . import queries as q
+from .ruletests_inputs import AGENT, SCRAPE, STEP_S, input_series, ramp, selector_labels
 from .settings import Settings, format_duration
 
 
@@ -18,13 +19,11 @@ def recording_test(s: Settings) -> dict[str, Any]:
     rates (job, instance and container summed away); tier 2, from those records only, the fleet's:
     gemm's time share (30 + 6) / (60 + 30) = 0.4 (the mean of the pods' ratios, (0.5 + 0.2) / 2 =
     0.35, is not), busy (45 + 15) / 90, gemm's mean estimated occupancy (30·0.5 + 6·0.25) / 36."""
-    from .ruletests import AGENT, SCRAPE, STEP_S, _input, _selector_labels, ramp
-
     fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
     minutes = 10
     rows: list[tuple[md.MetricDef, dict[str, str], float]] = []
     for pod, observed, gemm, busy, occ in (("a", 60, 30, 45, 0.5), ("b", 30, 6, 15, 0.25)):
-        labels = {**_selector_labels(s), **AGENT, **SCRAPE, "pod": f"llm-{pod}", "gpu": "0",
+        labels = {**selector_labels(s), **AGENT, **SCRAPE, "pod": f"llm-{pod}", "gpu": "0",
                   "instance": f"10.0.0.{ord(pod)}:9946"}
         kernel = {**labels, "kernel": "gemm"}
         rows += [(md.GPU_OBSERVED_SECONDS, labels, observed), (md.GPU_BUSY_SECONDS, labels, busy),
@@ -41,7 +40,7 @@ def recording_test(s: Settings) -> dict[str, Any]:
     return {
         "name": "recording rules: per pod from raw series, fleet from those; sums of rates over sums of rates",
         "interval": format_duration(STEP_S),
-        "input_series": [{"series": _input(m, labels), "values": ramp((per_min, minutes))}
+        "input_series": [{"series": input_series(m, labels), "values": ramp((per_min, minutes))}
                          for m, labels, per_min in rows],
         "promql_expr_test": [
             expect(f'{q.rate_record(s, md.GPU_OBSERVED_SECONDS, "pod_gpu")}{{pod="llm-a"}}',

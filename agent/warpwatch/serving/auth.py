@@ -3,7 +3,7 @@
 bcrypt is slow on purpose (about 50 ms at cost 10 on one core), so a flood of wrong passwords
 must neither take every core nor make a legitimate scrape wait behind it:
 
-- credentials verified before are answered from the cache at once (`basicauth.cached_basic_auth`),
+- credentials verified before are answered from the cache at once (`basicauth.BasicAuth.cached`),
   without queueing: a Prometheus that scraped once is never slowed down by guessers;
 - the others wait in one queue per client address, served round-robin by `workers` threads,
   so a new client waits for at most one check per other waiting client, however many requests
@@ -24,7 +24,7 @@ import functools
 from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 
-from .basicauth import cached_basic_auth, check_basic_auth
+from .basicauth import BasicAuth
 from .webconfig import WebConfig
 
 BUSY = None
@@ -32,11 +32,12 @@ BUSY = None
 
 
 class AuthQueue:
-    """Fair, bounded basic-auth checking for one event loop (module doc). Not thread-safe: call
-    from the loop's thread only."""
+    """Fair, bounded basic-auth checking for one event loop (module doc), with the server's own
+    `BasicAuth` (its cache of successful checks). Not thread-safe: call from the loop's thread only."""
 
     def __init__(self, web: WebConfig, *, workers: int = 2, per_client: int = 4, total: int = 64) -> None:
         self.web = web
+        self.basic = BasicAuth(web)
         self.workers = workers
         self.per_client = per_client
         self.total = total
@@ -49,7 +50,7 @@ class AuthQueue:
 
     async def check(self, client: str, authorization: str | None) -> bool | None:
         """True/False: the credentials are good or not; None (`BUSY`): the queue is full."""
-        if cached_basic_auth(self.web, authorization):
+        if self.basic.cached(authorization):
             return True
         queue = self._waiting.get(client)
         if self._queued >= self.total or (queue is not None and len(queue) >= self.per_client):
@@ -76,7 +77,7 @@ class AuthQueue:
             if future.done():  # the request went away meanwhile
                 continue
             self._running += 1
-            work = loop.run_in_executor(self._pool, check_basic_auth, self.web, authorization)
+            work = loop.run_in_executor(self._pool, self.basic.check, authorization)
             work.add_done_callback(functools.partial(self._finished, future=future))
 
     def _finished(self, work: asyncio.Future[bool], *, future: asyncio.Future[bool]) -> None:

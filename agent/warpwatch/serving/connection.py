@@ -1,4 +1,5 @@
-"""One accepted connection of `server.HttpServer`, and the `Limits` it is held to.
+"""One accepted connection of `server.HttpServer`, the `Limits` it is held to, and `Host`: what a
+connection uses of its server (which this module does not import: the server imports it).
 
 `Connection` is the asyncio protocol of a socket the server accepted: it forwards to aiohttp's
 request handler and enforces, per connection, what the server's module doc lists: the header
@@ -16,12 +17,11 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .tls import _san_allowed
+from .webconfig import TLSServerConfig
 
-if TYPE_CHECKING:
-    from .server import HttpServer
 
 @dataclass(frozen=True)
 class Limits:
@@ -45,10 +45,26 @@ _TOO_LARGE_ANSWER = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-T
                      b"Connection: close\r\nContent-Length: 29\r\n\r\nrequest headers are too large\n")
 
 
+class Host(Protocol):
+    """What a `Connection` uses of the server that accepted it (`server.HttpServer`)."""
+
+    @property
+    def tls(self) -> TLSServerConfig | None: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def by_handler(self) -> dict[Any, Connection]:
+        """Each aiohttp request handler's connection."""
+    def web_server(self) -> Any:
+        """A new aiohttp request handler."""
+    def reject(self, reason: str, peer: str, detail: str, level: int = logging.WARNING) -> None: ...
+    def forget(self, conn: Connection) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """One accepted connection: forwards to aiohttp's protocol and enforces the deadlines."""
 
-    def __init__(self, server: HttpServer, sock: socket.socket, peer: str) -> None:
+    def __init__(self, server: Host, sock: socket.socket, peer: str) -> None:
         self.server = server
         self.sock = sock
         self.peer = peer

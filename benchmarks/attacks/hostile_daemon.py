@@ -1,4 +1,5 @@
-"""Issue 20's attacks on the kineto-daemon source (rows of `attacks.py`, listed in `attacks20.py`):
+"""Hostile clients of the kineto-daemon source (rows of `python benchmarks/attacks`, listed in
+`hostile_inputs.HOSTILE`):
 real torch clients started with KINETO_USE_DAEMON=1 and protocol-faithful fake senders on a
 private socket folder under /tmp."""
 
@@ -100,7 +101,7 @@ def client_windows(agent: Agent, pid: int) -> list[dict[str, str]]:
 
 
 def daemon_counters(agent: Agent) -> str:
-    """The daemon source's own counts of what it refused (absent before issue 20)."""
+    """The daemon source's own counts of what it refused (older agents, 4ac2651 among them, have none)."""
     _, body = scrape_body(agent.port)
     found = re.findall(
         r'^warpwatch_daemon_(replies_dropped|clients_evicted)_total\{[^}]*reason="([^"]+)"[^}]*\} (\S+)$', body, re.M)

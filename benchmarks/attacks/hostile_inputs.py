@@ -1,12 +1,12 @@
-"""Issue 20's hostile inputs and resources, as rows of `attacks.py`'s table (run them from there).
+"""Hostile inputs and resources, as rows of `python benchmarks/attacks`'s table (run them from there).
 
-    python benchmarks/attacks --only issue20                        # this checkout
-    python benchmarks/attacks --only issue20 --agent-path DIR/agent # e.g. a clone at 4ac2651
+    python benchmarks/attacks --only hostile                        # this checkout
+    python benchmarks/attacks --only hostile --agent-path DIR/agent # e.g. a clone at 4ac2651
     python benchmarks/attacks --only daemon_slash,gpus_1500
 
-This module holds the rows on files, labels and HTTP, and the list of all of them;
-`attacks20_daemon.py` the kineto-daemon rows; `attacks20_kit.py` the harness. Each row starts a
-fresh agent inside a fresh memory cgroup of `attacks20_kit.CAP_MIB` (or `--rss-cap`, if lower), so
+This module holds the rows on traces, kernel names, GPU ids and descriptors, and the list of all
+the hostile rows; `hostile_daemon.py` the kineto-daemon rows; `cgroup.py` the harness. Each row starts a
+fresh agent inside a fresh memory cgroup of `cgroup.CAP_MIB` (or `--rss-cap`, if lower), so
 a reader or label loop that grows without bound is OOM-killed there and reported so, never
 swapping the shared machine; the observer also kills it above the cap. The daemon rows use a
 private socket folder under /tmp (KINETO_IPC_SOCKET_DIR; never the abstract `dynolog` name other
@@ -37,7 +37,7 @@ from .cgroup import (
     window_for,
     windows_total,
 )
-from .issue20_daemon import (
+from .hostile_daemon import (
     attack_daemon_gap,
     attack_daemon_late,
     attack_daemon_mute,
@@ -185,8 +185,8 @@ def _opened(pid: int, target: Path) -> tuple[bool, bool]:
 
 
 def _in_check(pid: int, target: Path, timeout_s: float) -> bool:
-    """Wait until the agent is inside its completeness check of `target`: mapped (the check before
-    issue 20), or held open for 30 ms without a map (the streamed check of this file takes most
+    """Wait until the agent is inside its completeness check of `target`: mapped (how older agents
+    check, 4ac2651 among them), or held open for 30 ms without a map (the streamed check of this file takes most
     of a second; the size and mtime looks are stat calls, and the first/last-byte look before
     the map is a few reads). A truncation that lands in the read after the check instead fails
     that window (`truncated JSON`), which the note shows."""
@@ -236,11 +236,10 @@ def attack_truncate(path: Path, rss_cap: float) -> list[Row]:
     return [run.finish(f"{caught} truncated while held open; {fate}; windows: {', '.join(outcomes) or 'none'}")]
 
 
-ATTACKS20: dict[str, Callable[[Path, float], list[Row]]] = {
+HOSTILE: dict[str, Callable[[Path, float], list[Row]]] = {
     "daemon_slash": attack_daemon_slash, "daemon_late": attack_daemon_late, "daemon_mute": attack_daemon_mute,
     "daemon_registry": attack_daemon_registry, "daemon_gap": attack_daemon_gap, "gpus_1500": attack_gpus,
     "nofile_256": attack_nofile, "label_non_ascii": attack_label_non_ascii, "label_lambda": attack_label_lambda,
     "utf8_middle": attack_utf8, "truncate": attack_truncate,
 }
-ISSUE20 = list(ATTACKS20)
-"""What `--only issue20` runs, in this order."""
+"""What `--only hostile` runs, in this order."""

@@ -1,5 +1,6 @@
-"""The attacks of issue 15, at full size: idle connections, slowloris, huge headers, vanishing clients,
-password guessing, daemon floods and the rest, each a function that returns its rows."""
+"""Floods at full size against the agent's ports: idle connections, slowloris, huge headers,
+vanishing clients and password guessing on the metrics port, fake senders and malformed datagrams
+on the daemon socket; then config, signal and protocol corners. Each a function that returns its rows."""
 
 from __future__ import annotations
 
@@ -341,7 +342,7 @@ def attack_misc(path: Path, rss_cap: float) -> list[Row]:
     return rows
 
 
-ATTACKS: dict[str, Callable[[Path, float], list[Row]]] = {
+FLOODS: dict[str, Callable[[Path, float], list[Row]]] = {
     "idle": attack_idle, "slowloris": attack_slowloris, "headers": attack_headers, "vanish": attack_vanish,
     "auth": attack_auth, "daemon": attack_daemon, "misc": attack_misc,
 }
