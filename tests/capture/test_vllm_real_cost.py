@@ -62,6 +62,7 @@ def client_slowdown(gaps: list[tuple[float, float, int]], spans: list[tuple[floa
     return mean_in / mean_out - 1.0, n_in, n_out
 
 
+@pytest.mark.timeout(600)
 def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: VllmServer) -> None:
     src = VllmSource(server.url, server.profiles, delete_processed=True, poll_interval_s=0.1,  # type: ignore[attr-defined]
                      settle_quiet_s=1.0, max_steps=0)
