@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "agent"))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from warpwatch.capture import CapturedWindow  # noqa: E402
+from warpwatch.capture import CapturedWindow, Source  # noqa: E402
 from warpwatch.capture.replay import ReplaySource  # noqa: E402
 from warpwatch.config import Config  # noqa: E402
 from warpwatch.export.builder import (  # noqa: E402
@@ -89,7 +89,7 @@ def synthetic_snapshot(gpus: int = 8, kernels: int = 50) -> Snapshot:
     )
 
 
-class _Idle:
+class _Idle(Source):
     name = "idle:"
 
     def start(self) -> None:

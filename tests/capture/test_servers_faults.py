@@ -62,7 +62,7 @@ def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: P
     assert not late.exists()
     time.sleep(0.25)
     assert [w.labels for w in src.capture(0.05, 10)] == [{"rank": "0"}]  # then the next window
-    assert src.server_stats().files == {"worker": 2, "late": 1}
+    assert src.stats().files == {"worker": 2, "late": 1}
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
 

@@ -337,13 +337,12 @@ def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() ->
 
 
 def test_sources_state_their_capture_overhead() -> None:
-    from warpwatch.capture import capture_overhead_s
     from warpwatch.capture.daemon import KinetoDaemonSource
     from warpwatch.capture.daemon_window import KINETO_FINISH_S
     from warpwatch.capture.servers import VllmSource
 
     daemon = KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", start_lead_s=3.0, poll_interval_hint_s=5.0)
-    assert capture_overhead_s(daemon) == 1.5 * 5.0 + 1.0 + 3.0 + KINETO_FINISH_S  # no client seen yet
+    assert daemon.capture_overhead_s == 1.5 * 5.0 + 1.0 + 3.0 + KINETO_FINISH_S  # no client seen yet
     vllm = VllmSource("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
-    assert capture_overhead_s(vllm) == 3 * 10.0 + 1.0 + 2.0 + 10.0  # the start; a stop ending a session left open
-    assert capture_overhead_s(StubSource()) == 0.0
+    assert vllm.capture_overhead_s == 3 * 10.0 + 1.0 + 2.0 + 10.0  # the start; a stop ending a session left open
+    assert StubSource().capture_overhead_s == 0.0

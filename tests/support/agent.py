@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from warpwatch.capture import CapturedWindow
+from warpwatch.capture import CapturedWindow, Source
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.names.labels import KernelNamer
@@ -241,7 +241,7 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
     assert len(series(samples, md.KERNEL_TIME_SHARE.name)) == expected
 
 
-class StubSource:
+class StubSource(Source):
     """A stand-in source: returns queued windows, or raises / hangs when told to."""
 
     def __init__(self, name: str = "stub:1") -> None:

@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
-from . import CapturedWindow, SourceStats, daemon_window
+from ..sourcestats import SourceStats
+from . import CapturedWindow, Source, daemon_window
 from .daemon_clients import MAX_CLIENTS, ClientRegistry, DaemonClient
 from .daemon_files import TraceFiles
 from .daemon_serve import Responder
@@ -64,7 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class KinetoDaemonSource:
+class KinetoDaemonSource(Source):
     """A `Source` that triggers on-demand traces in unmodified PyTorch processes.
 
     Parameters:

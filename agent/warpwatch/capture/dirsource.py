@@ -53,7 +53,7 @@ from pathlib import Path
 
 from ..errors import CaptureError
 from ..logs import RepeatFilter, event, limited_event
-from . import CapturedWindow
+from . import CapturedWindow, Source
 from .confine import RefusedFile, check
 from .files import TEMP_SUFFIXES, TRACE_SUFFIXES, is_complete_json_file, is_finished
 
@@ -94,7 +94,7 @@ class _Look:
     refused: frozenset[Path]
 
 
-class DirSource:
+class DirSource(Source):
     """A `Source` over a folder of finished trace files (module doc)."""
 
     def __init__(

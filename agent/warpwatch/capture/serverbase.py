@@ -23,9 +23,8 @@ Expected failures never raise: `capture()` returns `CapturedWindow(path=None,
 outcome="failed" | "timed_out", error=...)`. After a failure to start or stop (profiling
 disabled, refused token, server unreachable or gone) the source backs off exponentially
 (`backoff_s`, doubling up to `max_backoff_s`): while backing off, `capture()` returns [] without
-touching the server. Windows not opened on purpose are counted by reason in `server_stats()`
-(`warpwatch_server_windows_skipped_total`), trace files by kind
-(`warpwatch_server_trace_files_total`).
+touching the server. Windows not opened on purpose are counted by reason in `stats()`
+(`sourcestats.SKIP_REASONS`), trace files by kind (`sourcestats.FILE_KINDS`).
 """
 
 from __future__ import annotations
@@ -37,11 +36,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
-from . import CapturedWindow
+from ..sourcestats import SourceStats
+from . import CapturedWindow, Source
 from .serverfiles import SessionFiles
 from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
 from .serversession import Session
@@ -51,23 +50,8 @@ log = logging.getLogger("warpwatch.capture.servers")
 
 DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
 
-SKIP_REASONS = ("unsafe_request", "profile_in_use", "previous_flush_pending", "session_pending")
-"""Why a server source opened no window (`warpwatch_server_windows_skipped_total{reason}`)."""
-FILE_KINDS = ("worker", "late", "cpu_only", "abandoned")
-"""Trace files a server source found, by kind (`warpwatch_server_trace_files_total{kind}`):
-handed over in their window; handed over after their window timed out; a CPU-only trace of the
-server's front end (deleted unread); never completed, given up."""
 
-
-@dataclass(frozen=True)
-class ServerStats:
-    """What a server source counts (exported by `selfmetrics`)."""
-
-    skipped: dict[str, int] = field(default_factory=dict)
-    files: dict[str, int] = field(default_factory=dict)
-
-
-class ProfilingServerSource(SessionStops, SessionFiles):
+class ProfilingServerSource(SessionStops, SessionFiles, Source):
     """Shared machinery of `VllmSource` and `SglangSource` (see the module docstring)."""
 
     kind = "server"
@@ -163,7 +147,7 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         return None
 
     def _refusal_reason(self, reply: Reply) -> str | None:
-        """A `SKIP_REASONS` entry when a refused start means the window was skipped on purpose."""
+        """A `sourcestats.SKIP_REASONS` entry when a refused start means the window was skipped on purpose."""
         return None
 
     def _stop_waits_for_files(self) -> bool:
@@ -200,9 +184,9 @@ class ProfilingServerSource(SessionStops, SessionFiles):
     def close(self) -> None:
         self._closed.set()
 
-    def server_stats(self) -> ServerStats:
-        """Windows skipped by reason and trace files by kind, since start (exported as metrics)."""
-        return ServerStats(skipped=dict(self._skipped), files=dict(self._files))
+    def stats(self) -> SourceStats:
+        """Windows skipped by reason and trace files by kind, since start."""
+        return SourceStats(skipped=dict(self._skipped), files=dict(self._files))
 
     @property
     def capture_overhead_s(self) -> float:
@@ -356,7 +340,7 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         return CapturedWindow(source=self.name, path=None, error=message, outcome="failed")
 
     def _refuse(self, reason: str, message: str) -> CapturedWindow:
-        """A window skipped on purpose (`SKIP_REASONS`): counted, logged, backed off."""
+        """A window skipped on purpose (`sourcestats.SKIP_REASONS`): counted, logged, backed off."""
         self._skipped[reason] += 1
         return self._fail_and_back_off(message)
 

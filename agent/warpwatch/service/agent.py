@@ -14,7 +14,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from .. import __version__, native
-from ..capture import CapturedWindow, Source, capture_overhead_s
+from ..capture import CapturedWindow, Source
 from ..config import MAX_DUTY, Config, describe
 from ..export.builder import GpuInfo, NvmlSample, Snapshot, SnapshotBuilder, SnapshotCollector, WindowResult
 from ..export.nvml import Nvml, NvmlReading
@@ -28,7 +28,7 @@ from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
 from .signals import handle_signals
 from .ticker import CLOCK_JUMP_S, Ticker
-from .window import RAISED, WindowReading, read_window, repeat_key
+from .window import WindowReading, read_window, repeat_key
 from .windowplan import WindowPlanner, agent_chooses_window
 
 log = logging.getLogger("warpwatch.service")
@@ -360,8 +360,8 @@ class Service:
                     out[i] = src.capture(window if agent_chooses_window(src.name) else c.window,
                                          c.collect_timeout)
                 except Exception as exc:
-                    out[i] = [CapturedWindow(source=src.name, path=None, outcome="failed",
-                                             error=f"{RAISED}{type(exc).__name__}: {exc}")]
+                    out[i] = [CapturedWindow(source=src.name, path=None, outcome="failed", failure="raised",
+                                             error=f"capture raised {type(exc).__name__}: {exc}")]
                 finally:
                     with self._busy_lock:
                         self._busy_sources.discard(id(src))
@@ -370,7 +370,7 @@ class Service:
             t.start()
             threads.append(t)
         bound = max(window, c.window) + c.collect_timeout + CAPTURE_GRACE_S + max(
-            (capture_overhead_s(src) for src in self.sources), default=0.0)
+            (src.capture_overhead_s for src in self.sources), default=0.0)
         deadline = time.monotonic() + bound
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
