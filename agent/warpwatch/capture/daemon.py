@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
 from ..sourcestats import SourceStats
+from ..units import check_seconds
 from . import CapturedWindow, Source, daemon_window
 from .daemon_clients import MAX_CLIENTS, ClientRegistry, DaemonClient
 from .daemon_files import TraceFiles
@@ -111,8 +112,7 @@ class KinetoDaemonSource(Source):
             ("client_ttl_s", client_ttl_s),
             ("poll_interval_hint_s", poll_interval_hint_s),
         ):
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{setting}: {value!r} must be a positive number of seconds")
+            check_seconds(value, setting)
         if max_clients < 1:
             raise ConfigError(f"max_clients: {max_clients!r} must be at least 1")
         self.start_lead_s = start_lead_s

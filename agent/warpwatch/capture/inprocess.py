@@ -31,7 +31,6 @@ import atexit
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import socket
@@ -44,6 +43,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError
+from ..units import check_seconds
 
 log = logging.getLogger(__name__)
 
@@ -309,12 +309,10 @@ def attach(
     Raises ConfigError for invalid settings and ImportError when torch is missing.
     """
     for setting, value in (("period_s", period_s), ("window_s", window_s)):
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{setting}: {value!r} must be a positive number of seconds")
+        check_seconds(value, setting)
     if window_s > period_s:
         raise ConfigError(f"window_s: {window_s!r} s is longer than period_s {period_s!r} s")
-    if not (math.isfinite(first_delay_s) and first_delay_s >= 0):
-        raise ConfigError(f"first_delay_s: {first_delay_s!r} must be zero or more seconds")
+    check_seconds(first_delay_s, "first_delay_s", zero=True)
     if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
         raise ConfigError(f"max_pending: {max_pending!r} must be a whole number of traces, 1 or more")
     if serve_port is not None:

@@ -38,9 +38,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import CaptureError, ConfigError
+from ..errors import ConfigError
 from ..sourcestats import SourceStats
+from ..units import check_seconds
 from . import CapturedWindow, Source
+from .folders import check_start_folder
 from .serverfiles import SessionFiles
 from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
 from .serversession import Session
@@ -89,10 +91,10 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
             ("late_timeout_s", late_timeout_s),
             ("settle_quiet_s", settle_quiet_s),
         ):
-            if not value > 0:
-                raise ConfigError(f"{self.kind} source: {setting} must be > 0, got {value!r}")
-        if max_retries < 0 or retry_pause_s < 0:
-            raise ConfigError(f"{self.kind} source: max_retries and retry_pause_s must be >= 0")
+            check_seconds(value, setting, prefix=f"{self.kind} source: ")
+        check_seconds(retry_pause_s, "retry_pause_s", zero=True, prefix=f"{self.kind} source: ")
+        if max_retries < 0:
+            raise ConfigError(f"{self.kind} source: max_retries must be >= 0")
         if expected_files is not None and expected_files < 1:
             raise ConfigError(f"{self.kind} source: expected_files must be >= 1, got {expected_files!r}")
         if not token_env:
@@ -169,17 +171,13 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
     # -- Source protocol -----------------------------------------------------------------
 
     def start(self) -> None:
-        if self.trace_dir.exists() and not self.trace_dir.is_dir():
-            raise CaptureError(f"{self.name}: trace folder {self.trace_dir} is not a folder")
-        if not self.trace_dir.exists():
+        if not check_start_folder(self.name, self.trace_dir, "trace folder"):
             log.warning(
                 "%s: trace folder %s does not exist (yet); the server creates it when it writes "
                 "its first trace, and the agent must see the same folder",
                 self.name,
                 self.trace_dir,
             )
-        elif not os.access(self.trace_dir, os.R_OK | os.X_OK):
-            raise CaptureError(f"{self.name}: trace folder {self.trace_dir} is not readable")
 
     def close(self) -> None:
         self._closed.set()
