@@ -115,7 +115,7 @@ class DirSource(Source):
         self.delete_processed = delete_processed
         self.retention_files = retention_files
         self.retention_bytes = retention_bytes
-        self.give_up_s = check_seconds(give_up_s, "give_up_s", prefix=f"{self.name}: ")
+        self.give_up_s = check_seconds(give_up_s, "give_up_s", zero=True, prefix=f"{self.name}: ")
         self.json_settle_s = check_seconds(json_settle_s, "json_settle_s", zero=True, prefix=f"{self.name}: ")
         self._clock = clock
         self._closed = threading.Event()
