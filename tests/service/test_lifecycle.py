@@ -152,9 +152,8 @@ def test_a_scheduler_that_cannot_start_leaves_nothing_running(monkeypatch: pytes
     with pytest.raises(OverflowError):
         svc.startup()
     assert closed == ["stub"]
-    assert svc._server is not None
     with pytest.raises(OSError):  # the HTTP port is released
-        socket.create_connection(("127.0.0.1", svc._server.port), timeout=2).close()
+        socket.create_connection(("127.0.0.1", svc.port), timeout=2).close()
     assert signals_module.STOP_SIGNALS == (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     assert os.getpid()  # the test process itself is untouched
 

@@ -267,11 +267,12 @@ class StubSource(Source):
         self.hang.set()
 
 
-def service_for(source: StubSource, **config: Any) -> Service:
+def service_for(source: StubSource, service: dict[str, Any] | None = None, **config: Any) -> Service:
+    """A `Service` over `source`, with `config` settings and `service` constructor arguments."""
     settings: dict[str, Any] = {"source": ("stub:1",), "address": "127.0.0.1", "port": 0, "period": 1.0,
                                 "window": 0.05, "jitter": 0.0, "allow_high_duty": True, "collect_timeout": 0.2}
     settings.update(config)
-    return Service(Config(**settings), sources=[source])
+    return Service(Config(**settings), sources=[source], **(service or {}))
 
 
 def service_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
