@@ -308,6 +308,28 @@ def attach(
 
     Raises ConfigError for invalid settings and ImportError when torch is missing.
     """
+    _check_settings(period_s, window_s, first_delay_s, max_pending, serve_port, trace_dir is None and on_trace is None)
+    import torch  # lazily: warpwatch itself never needs torch
+
+    folder = _trace_folder(trace_dir)
+    handle = Attachment(
+        torch=torch,
+        period_s=period_s,
+        window_s=window_s,
+        trace_dir=folder,
+        owns_trace_dir=trace_dir is None,
+        on_trace=on_trace,
+        record_cpu=record_cpu,
+        first_delay_s=first_delay_s,
+        max_pending=max_pending,
+    )
+    handle._start()
+    return handle
+
+
+def _check_settings(period_s: float, window_s: float, first_delay_s: float, max_pending: int, serve_port: int | None,
+                    nowhere: bool) -> None:
+    """ConfigError for the first of `attach`'s settings that is invalid."""
     for setting, value in (("period_s", period_s), ("window_s", window_s)):
         check_seconds(value, setting)
     if window_s > period_s:
@@ -320,29 +342,17 @@ def attach(
             f"serve_port: {serve_port!r}: serving metrics from inside the process is not available yet; "
             "write to trace_dir and run the warpwatch sidecar with a dir: source on it"
         )
-    if trace_dir is None and on_trace is None:
+    if nowhere:
         raise ConfigError("attach: give trace_dir, on_trace or both, or the traces would go nowhere")
-    import torch  # lazily: warpwatch itself never needs torch
 
-    owns = trace_dir is None
+
+def _trace_folder(trace_dir: str | os.PathLike[str] | None) -> Path:
+    """`trace_dir`, created if missing; None: a private temporary folder."""
     if trace_dir is None:
-        folder = Path(tempfile.mkdtemp(prefix="warpwatch-inprocess-"))
-    else:
-        folder = Path(trace_dir)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"trace_dir: cannot create {str(folder)!r}: {exc}") from exc
-    handle = Attachment(
-        torch=torch,
-        period_s=period_s,
-        window_s=window_s,
-        trace_dir=folder,
-        owns_trace_dir=owns,
-        on_trace=on_trace,
-        record_cpu=record_cpu,
-        first_delay_s=first_delay_s,
-        max_pending=max_pending,
-    )
-    handle._start()
-    return handle
+        return Path(tempfile.mkdtemp(prefix="warpwatch-inprocess-"))
+    folder = Path(trace_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"trace_dir: cannot create {str(folder)!r}: {exc}") from exc
+    return folder
