@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "agent" / "warpwatch"
@@ -52,3 +53,11 @@ def test_no_getattr_probes_a_source() -> None:
                   and n.func.id in ("getattr", "hasattr") and isinstance(n.args[0], ast.Name)
                   and n.args[0].id in ("src", "source")]
         assert probes == [], path
+
+
+def test_no_test_touches_a_private_attribute_of_the_service_or_the_builder() -> None:
+    private = re.compile(r"\b(svc|service|builder|self\.builder)\._[a-z]\w*")
+    tests = Path(__file__).resolve().parent
+    offending = [f"{p.relative_to(tests)}:{n}" for p in sorted(tests.rglob("*.py"))
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
+    assert offending == []
