@@ -30,18 +30,12 @@ sys.path.insert(0, str(ROOT / "agent"))
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
-from warpwatch.capture import CapturedWindow  # noqa: E402
+from warpwatch.capture import CapturedWindow, Source  # noqa: E402
 from warpwatch.capture.replay import ReplaySource  # noqa: E402
 from warpwatch.config import Config  # noqa: E402
-from warpwatch.export.builder import (  # noqa: E402
-    OTHER,
-    GpuInfo,
-    GpuSample,
-    HistogramState,
-    KernelSample,
-    Snapshot,
-    SnapshotCollector,
-)
+from warpwatch.export import metricdefs as md  # noqa: E402
+from warpwatch.export.builder import OTHER, HistogramState, Snapshot, SnapshotCollector  # noqa: E402
+from warpwatch.export.snapshot import Sample  # noqa: E402
 from warpwatch.model import ARTIFACT_KINDS  # noqa: E402
 from warpwatch.service.agent import Service  # noqa: E402
 
@@ -63,33 +57,34 @@ def rss_mib() -> float:
     return float("nan")
 
 
+KERNEL_GAUGES = (md.KERNEL_WARPS_PER_SM, md.KERNEL_RESIDENT_WARPS_PER_SM, md.KERNEL_THEORETICAL_OCCUPANCY,
+                 md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM, md.KERNEL_TIME_SHARE, md.KERNEL_LAUNCH_RATE,
+                 md.KERNEL_REPORTED_WARPS_MIN)
+
+
 def synthetic_snapshot(gpus: int = 8, kernels: int = 50) -> Snapshot:
-    rows: list[KernelSample] = []
-    launches: list[tuple[str, str, float]] = []
-    artifacts: list[tuple[str, str, str, float]] = []
+    samples: dict[md.MetricDef, list[Sample]] = {m: [] for m in md.ALL}
     for g in range(gpus):
         for k in range(kernels + 1):
             name = OTHER if k == kernels else f"at::native::vectorized_elementwise_kernel~{g:02d}{k:06d}"
-            rows.append(KernelSample(str(g), name, 1234.5 + k, 48.25, 0.75, 0.6875, 3.5, 0.0125, 1500.0, -2.0))
-            launches.append((str(g), name, 123456.0))
-            artifacts.extend((str(g), name, a, 17.0) for a in ARTIFACT_KINDS[:2])
+            for m, v in zip(KERNEL_GAUGES, (1234.5 + k, 48.25, 0.75, 0.6875, 3.5, 0.0125, 1500.0, -2.0), strict=True):
+                samples[m].append(((str(g), name), v))
+            samples[md.KERNEL_LAUNCHES_OBSERVED].append(((str(g), name), 123456.0))
+            samples[md.PROFILER_ARTIFACTS].extend(((str(g), name, a), 17.0) for a in ARTIFACT_KINDS[:2])
+        for m, v in ((md.GPU_RESIDENT_WARPS_PER_SM, 40.0), (md.GPU_ESTIMATED_OCCUPANCY, 0.625), (md.GPU_BUSY, 0.9)):
+            samples[m].append(((str(g),), v))
+        samples[md.GPU_INFO].append(((str(g), "NVIDIA H100 80GB HBM3", "9.0", "132", "", ""), 1.0))
+        samples[md.KERNELS_FOLDED].append(((str(g),), 1000.0))
     hist = HistogramState()
     for s in (0.01, 0.02, 0.5):
         hist = hist.observe(s)
-    return Snapshot(
-        kernels=tuple(rows),
-        gpus=tuple(GpuSample(str(g), 40.0, 0.625, 0.9) for g in range(gpus)),
-        gpu_info=tuple(GpuInfo(str(g), "NVIDIA H100 80GB HBM3", "9.0", "132") for g in range(gpus)),
-        launches_observed=tuple(launches),
-        artifacts=tuple(artifacts),
-        kernels_folded=tuple((str(g), 1000.0) for g in range(gpus)),
-        processing=hist,
-        last_window_timestamp=time.time(),
-        capture_duty=1 / 60,
-    )
+    samples[md.LAST_WINDOW_TIMESTAMP] = [((), time.time())]
+    samples[md.CAPTURE_DUTY] = [((), 1 / 60)]
+    fixed = {m: tuple(v) for m, v in samples.items() if v}
+    return Snapshot({**Snapshot().samples, **fixed}, hist)
 
 
-class _Idle:
+class _Idle(Source):
     name = "idle:"
 
     def start(self) -> None:
@@ -199,12 +194,12 @@ def bench_rss(windows: int) -> dict[str, Any]:
     snap = svc.collector.snapshot
     return {
         "windows": windows,
-        "ok": dict(snap.windows)["ok"],
+        "ok": dict((labels[0], v) for labels, v in snap.get(md.WINDOWS))["ok"],
         "rss_mib_by_window": {k: round(v, 1) for k, v in samples.items()},
         "rss_mib_after": samples[windows] if windows in samples else rss_mib(),
         "seconds_per_window": elapsed / windows,
-        "kernel_series": len(snap.kernels),
-        "counter_series": len(snap.launches_observed) + len(snap.artifacts),
+        "kernel_series": len({labels for m in KERNEL_GAUGES for labels, _ in snap.get(m)}),
+        "counter_series": len(snap.get(md.KERNEL_LAUNCHES_OBSERVED)) + len(snap.get(md.PROFILER_ARTIFACTS)),
     }
 
 

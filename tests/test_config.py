@@ -13,6 +13,7 @@ from warpwatch.config import (
     Config,
     add_arguments,
     config_fields,
+    default_jitter,
     load_config,
     settings_table_markdown,
 )
@@ -240,3 +241,10 @@ def test_the_readme_table_lists_every_spelling() -> None:
     table = settings_table_markdown()
     for s in SETTINGS:
         assert f"| `{s.flag}` | `{s.env}` | `{s.key}` |" in table
+
+
+def test_config_defaults_are_the_tables() -> None:
+    plain = Config()
+    for setting in SETTINGS:
+        expected = default_jitter(plain.period) if setting.name == "jitter" else setting.default
+        assert getattr(plain, setting.name) == expected, setting.name

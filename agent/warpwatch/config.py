@@ -147,32 +147,38 @@ SETTINGS: tuple[Setting, ...] = (
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+"""Each setting's default, as the table writes it (`Config` reads its defaults from here)."""
+_DEFAULT_JITTER_S = default_jitter(DEFAULTS["period"])
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every setting of `warpwatch run`, validated. Durations in seconds, sizes in bytes."""
+    """Every setting of `warpwatch run`, validated. Durations in seconds, sizes in bytes. Field
+    order and defaults are the table's (`SETTINGS`); `jitter` defaults to `default_jitter(period)`."""
 
-    source: tuple[str, ...] = ()
-    address: str = "0.0.0.0"
-    port: int = 9946
-    period: float = 60.0
-    window: float = 1.0
-    overhead_budget: float = DEFAULT_OVERHEAD_BUDGET
-    adaptive_window: bool = False
-    jitter: float = 5.0
-    top_kernels: int = 16
-    kernel_gauges: bool = False
-    max_gpus: int = MAX_GPUS
-    log_level: str = "info"
-    log_format: str = "text"
-    allow_high_duty: bool = False
-    trace_dir: Path = Path("/tmp/warpwatch")
-    delete_processed: bool = False
-    retention_files: int = 0
-    retention_bytes: int = 0
-    max_trace_bytes: int = 2 * GiB
-    collect_timeout: float = 30.0
-    gpu_properties: Path | None = None
-    web_config: Path | None = None
+    source: tuple[str, ...] = DEFAULTS["source"]
+    address: str = DEFAULTS["address"]
+    port: int = DEFAULTS["port"]
+    period: float = DEFAULTS["period"]
+    window: float = DEFAULTS["window"]
+    overhead_budget: float = DEFAULTS["overhead_budget"]
+    adaptive_window: bool = DEFAULTS["adaptive_window"]
+    jitter: float = _DEFAULT_JITTER_S
+    top_kernels: int = DEFAULTS["top_kernels"]
+    kernel_gauges: bool = DEFAULTS["kernel_gauges"]
+    max_gpus: int = DEFAULTS["max_gpus"]
+    log_level: str = DEFAULTS["log_level"]
+    log_format: str = DEFAULTS["log_format"]
+    allow_high_duty: bool = DEFAULTS["allow_high_duty"]
+    trace_dir: Path = DEFAULTS["trace_dir"]
+    delete_processed: bool = DEFAULTS["delete_processed"]
+    retention_files: int = DEFAULTS["retention_files"]
+    retention_bytes: int = DEFAULTS["retention_bytes"]
+    max_trace_bytes: int = DEFAULTS["max_trace_bytes"]
+    collect_timeout: float = DEFAULTS["collect_timeout"]
+    gpu_properties: Path | None = DEFAULTS["gpu_properties"]
+    web_config: Path | None = DEFAULTS["web_config"]
 
     @property
     def duty(self) -> float:

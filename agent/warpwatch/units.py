@@ -7,6 +7,8 @@ import math
 import re
 from pathlib import Path
 
+from .errors import ConfigError
+
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKMGT]i?B|B)?\s*$")
@@ -99,3 +101,16 @@ def parse_path(value: object) -> Path | None:
     if value is None or value == "":
         return None
     return Path(parse_str(value))
+
+
+def check_seconds(value: float, setting: str, *, zero: bool = False, prefix: str = "") -> float:
+    """`value` when it is a finite number of seconds above 0 (0 too with `zero`), else a ConfigError
+    naming `setting` (after `prefix`, e.g. the source). NaN and infinity are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        ok = False
+    else:
+        ok = value >= 0 if zero else value > 0
+    if not ok:
+        what = "zero or more seconds" if zero else "a positive number of seconds"
+        raise ConfigError(f"{prefix}{setting}: {value!r} must be {what}")
+    return float(value)

@@ -229,7 +229,7 @@ def test_a_link_in_the_daemon_trace_dir_is_refused_and_deleted_leaving_its_targe
         [window] = results[0]
         assert window.path == link
         svc = Service(Config(source=("kineto-daemon",), port=0, address="127.0.0.1"), sources=[])
-        result = svc.process_window(window)
+        result = svc.rounds.process_window(window)
         assert (result.outcome, result.fault) == ("failed", ("read", "refused_symlink"))
         assert not os.path.lexists(link)
         assert (outside / "secret.json.gz").read_bytes() == CONTROL.read_bytes()

@@ -105,7 +105,7 @@ def test_each_family_gives_one_window_per_rank(
     windows = src.capture(0.2, 10)
     assert_rank_files(windows, stages)
     assert engine.alive(), engine.stderr()
-    assert src.server_stats().files.get("worker") == len(RANKS) * stages
+    assert src.stats().files.get("worker") == len(RANKS) * stages
 
 
 # -- 1. never a request that kills the engine --------------------------------------------------
@@ -120,7 +120,7 @@ def test_sglang_0_4_2_without_the_env_dir_is_never_started(trace_dir: Path, laun
     assert "SGLANG_TORCH_PROFILER_DIR" in w.error and "profiler_dir_env=1" in w.error and "0.4.4" in w.error
     assert engine.wait_exit(0.5) is None, engine.stderr()  # still serving
     assert engine.state()["starts"] == 0
-    assert src.server_stats().skipped == {"unsafe_request": 1}
+    assert src.stats().skipped == {"unsafe_request": 1}
 
 
 @pytest.mark.slow
@@ -146,7 +146,7 @@ def test_sglang_profile_v2_gets_only_by_stage_requests(trace_dir: Path, launch: 
     assert src.capture(0.1, 5) == []  # armed: no requests yet
     assert src.capture(0.1, 5) == []  # nothing sent while armed
     assert engine.state()["starts"] == 1
-    assert src.server_stats().skipped == {"session_pending": 1}
+    assert src.stats().skipped == {"session_pending": 1}
     engine.traffic()  # requests come: 3 prefill steps, 3 decode steps, traces written
     windows: list[CapturedWindow] = []
     deadline = time.monotonic() + 10
@@ -164,7 +164,7 @@ def test_sglang_unknown_version_is_refused(trace_dir: Path, launch: Launch) -> N
     (w,) = src.capture(0.1, 5)
     assert w.outcome == "failed" and w.error is not None and "no SGLang version" in w.error
     assert engine.state()["starts"] == 0
-    assert src.server_stats().skipped == {"unsafe_request": 1}
+    assert src.stats().skipped == {"unsafe_request": 1}
 
 
 # -- 2. someone else's profile is left alone ---------------------------------------------------
@@ -180,7 +180,7 @@ def test_someone_elses_profile_is_left_alone(family: str, trace_dir: Path, tmp_p
     assert w.outcome == "failed" and w.error is not None and "someone else's" in w.error
     state = engine.state()
     assert state["replaced"] == 0 and state["in_progress"] is True
-    assert src.server_stats().skipped == {"profile_in_use": 1}
+    assert src.stats().skipped == {"profile_in_use": 1}
     assert src.capture(0.1, 5) == []  # backing off
     assert engine.state()["starts"] == 2
     assert engine.post("/stop_profile") == 200  # their session, theirs to stop: it wrote its files
@@ -236,7 +236,7 @@ def test_vllm_front_end_cpu_trace_is_not_a_window(
 
     assert [n for n in engine.state()["written"] if ".async_llm." in n]  # the stand-in wrote one
     assert windows("ok") == 4 and not windows("empty") and not windows("failed") and not windows("timed_out")
-    assert {k: v for k, v in src.server_stats().files.items() if v} == {"worker": 4, "cpu_only": 2}
+    assert {k: v for k, v in src.stats().files.items() if v} == {"worker": 4, "cpu_only": 2}
     assert list(trace_dir.iterdir()) == []  # the front end's file went with the rest
     # The front end's profiler stalls the process that streams tokens: said once, with the switch
     warned = [r.getMessage() for r in caplog.records if "profiles itself" in r.getMessage()]
@@ -273,7 +273,7 @@ def test_files_of_a_slow_stop_are_collected_later(trace_dir: Path, launch: Launc
     for w in late:
         w.done()
         assert w.path is not None and not w.path.exists()
-    stats = src.server_stats()
+    stats = src.stats()
     assert stats.files.get("late") == 2 and stats.skipped.get("previous_flush_pending", 0) >= 1
 
 
@@ -293,5 +293,5 @@ def test_a_file_that_never_completes_is_abandoned_and_deleted(trace_dir: Path, l
     assert src.capture(0.05, 5) == []
     time.sleep(0.6)
     src.capture(0.05, 5)
-    assert src.server_stats().files.get("abandoned") == 2
+    assert src.stats().files.get("abandoned") == 2
     assert [p for p in trace_dir.iterdir() if p.stat().st_size == 500] == []

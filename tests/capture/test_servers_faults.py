@@ -62,7 +62,7 @@ def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: P
     assert not late.exists()
     time.sleep(0.25)
     assert [w.labels for w in src.capture(0.05, 10)] == [{"rank": "0"}]  # then the next window
-    assert src.server_stats().files == {"worker": 2, "late": 1}
+    assert src.stats().files == {"worker": 2, "late": 1}
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
 
@@ -260,3 +260,26 @@ def test_labels_from_file_names(tmp_path: Path) -> None:
     assert s._labels_for("rank0.trace.json.gz") == {"process": "rank0"}
     assert not s._is_trace_name("merged-1723.1.trace.json.gz")
     assert not s._is_trace_name("1723.1-TP-0-memory.pickle")
+
+
+@pytest.mark.slow
+def test_a_link_out_of_the_trace_folder_is_never_taken_for_a_rank_file(
+    trace_dir: Path, standins: list[StandIn], tmp_path: Path
+) -> None:
+    """The folder is listed with `confine`'s checks: a rank-named link to a file elsewhere is not
+    followed, waited for, handed over nor given up."""
+    server = _vllm(standins, trace_dir, write_ranks=(0,))
+    src = VllmSource(server.url, trace_dir, settle_quiet_s=0.2, late_timeout_s=0.3, **FAST)
+    (first,) = src.capture(0.05, 10)
+    assert first.labels == {"rank": "0"}
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(ALEXNET, outside / "secret.json.gz")
+    link = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
+    link.symlink_to(outside / "secret.json.gz")
+    paths: list[Path | None] = []
+    for _ in range(6):
+        time.sleep(0.1)
+        paths.extend(w.path for w in src.capture(0.05, 10))
+    assert link not in paths
+    assert src.stats().files.get("late", 0) == src.stats().files.get("abandoned", 0) == 0

@@ -12,16 +12,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
 
 from support.engines.threaded import Recorded, SglangStandIn
 from warpwatch.capture.registry import build_source
-from warpwatch.capture.servers import FILE_KINDS, SKIP_REASONS, SglangSource, VllmSource
+from warpwatch.capture.servers import SglangSource, VllmSource
 from warpwatch.capture.sglang import _ranks, _staged, parse_version
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
-from warpwatch.export import metricdefs as md
-from warpwatch.export.selfmetrics import AgentCollector
 
 FAST: dict[str, Any] = {"poll_interval_s": 0.02, "retry_pause_s": 0.01, "request_timeout_s": 2.0,
                         "max_retries": 0, "flush_timeout_s": 0.2}
@@ -197,23 +194,6 @@ def test_sglang_spec_options(tmp_path: Path) -> None:
         build_source("sglang:http://h:1,num_steps=0", config)
 
 
-def test_server_counters_are_exported_with_every_reason(tmp_path: Path) -> None:
-    src = VllmSource("http://h:1", tmp_path, name="vllm:a")
-    src._skipped["unsafe_request"] += 2
-    src._files["cpu_only"] += 1
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(sources=[src]))
-    text = generate_latest(registry).decode()
-    skipped = md.exposed_name(md.SERVER_WINDOWS_SKIPPED)
-    files = md.exposed_name(md.SERVER_TRACE_FILES)
-    assert registry.get_sample_value(skipped, {"source": "vllm:a", "reason": "unsafe_request"}) == 2
-    assert registry.get_sample_value(files, {"source": "vllm:a", "kind": "cpu_only"}) == 1
-    for reason in SKIP_REASONS:
-        assert f'{skipped}{{reason="{reason}",source="vllm:a"}}' in text
-    for kind in FILE_KINDS:
-        assert f'{files}{{kind="{kind}",source="vllm:a"}}' in text
-
-
 @pytest.mark.parametrize(
     ("info", "ranks"),
     [({"tp_size": 2}, 2), ({"tp_size": 2, "dp_size": 2, "pp_size": 2}, 8),
@@ -226,9 +206,7 @@ def test_ranks_from_server_info(info: dict[str, object], ranks: int | None) -> N
 
 
 def test_sglang_capture_overhead_counts_the_version_requests() -> None:
-    from warpwatch.capture import capture_overhead_s
-
     s = SglangSource("http://h:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
     one = 3 * 10.0 + 1.0 + 2.0  # three attempts, pauses of 1 s and 2 s
     # two GETs for the version, then the start; and the wait for a stop that ends a session left open
-    assert capture_overhead_s(s) == 3 * one + 10.0
+    assert s.capture_overhead_s == 3 * one + 10.0

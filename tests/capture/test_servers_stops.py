@@ -81,7 +81,7 @@ def test_no_start_while_a_stop_is_unanswered(server: QueuedStandIn, trace_dir: P
     assert [w.outcome for w in first] == ["timed_out", "timed_out"]  # no answer within flush_timeout_s
     later = rounds(src, 1.5)
     assert starts(server) == 1 and server.sessions == 1
-    assert src.server_stats().skipped.get("previous_flush_pending", 0) >= 1
+    assert src.stats().skipped.get("previous_flush_pending", 0) >= 1
     handed = [w for w in later if w.path is not None]
     assert sorted(w.labels["rank"] for w in handed) == ["0", "1"]  # late, while the stop is out
     for w in handed:
@@ -110,6 +110,6 @@ def test_a_start_answered_too_late_is_ended_at_once_and_its_files_collected(
     for x in late:
         x.done(True)
         assert x.path is not None and not x.path.exists()
-    assert src.server_stats().files.get("late") == 2
+    assert src.stats().files.get("late") == 2
     assert server.sessions == starts(server)  # every start the server took began a session of ours
     assert [x.error for x in got if x.path is None] == []  # later windows: no failure

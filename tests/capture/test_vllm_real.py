@@ -90,8 +90,8 @@ def test_vllm_source_names_and_deletes_the_servers_files(server: VllmServer, roo
     for w in windows:
         w.done(True)
     assert trace_files(profiles) == []
-    assert nonzero(src.server_stats().files) == {"worker": 2, "cpu_only": 2}
-    assert nonzero(src.server_stats().skipped) == {}
+    assert nonzero(src.stats().files) == {"worker": 2, "cpu_only": 2}
+    assert nonzero(src.stats().skipped) == {}
     assert server.starts_logged() == 2
     src.close()
 
@@ -111,7 +111,7 @@ def test_vllm_source_spec_gives_windows_and_no_failure(server: VllmServer, root:
     assert "failed" not in got and "timed_out" not in got, (got, server.log_tail())
     assert sum(got.values()) == 3, got  # CPU-only traces: "empty" here (no kernels); "ok" on a GPU
     assert trace_files(profiles) == []
-    assert nonzero(src.server_stats().files) == {"worker": 3, "cpu_only": 3}
+    assert nonzero(src.stats().files) == {"worker": 3, "cpu_only": 3}
     src.close()
 
 
@@ -162,7 +162,7 @@ def test_someone_elses_profile_is_left_alone(server: VllmServer, root: Path) -> 
     src.start()
     (w,) = src.capture(0.3, 30)
     assert w.outcome == "failed" and w.error is not None and "someone else's" in w.error and "409" in w.error
-    assert nonzero(src.server_stats().skipped) == {"profile_in_use": 1}
+    assert nonzero(src.stats().skipped) == {"profile_in_use": 1}
     assert src.capture(0.3, 30) == []  # backing off: nothing sent
     assert server.starts_logged() == before + 1
     assert server.post("/stop_profile", timeout_s=60) == 200  # theirs to stop: their files are there

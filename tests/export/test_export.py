@@ -21,17 +21,17 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from support.exportkit import device, gauged, kernel, ok, publish, value, window
 from warpwatch.export import metricdefs as md
 from warpwatch.export.builder import (
+    FAULTS,
     OTHER,
     GpuInfo,
-    GpuSample,
     HistogramState,
-    KernelSample,
     NvmlSample,
     Snapshot,
     SnapshotCollector,
     WindowResult,
 )
 from warpwatch.export.pooling import fold, merge_round
+from warpwatch.export.snapshot import Sample
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.prom"
 
@@ -275,38 +275,58 @@ def test_the_histogram_counts_every_processed_window() -> None:
 
 # --------------------------------------------------------------------------------------------- exposition
 
+def _kernel_rows(*rows: tuple[str, str, tuple[float | None, ...]]) -> dict[md.MetricDef, tuple[Sample, ...]]:
+    """Per-kernel gauge samples from (gpu, kernel, values in the order of `KERNEL_GAUGES`); None: no sample."""
+    return {m: tuple(((gpu, kernel), v[i]) for gpu, kernel, v in rows if v[i] is not None)
+            for i, m in enumerate(KERNEL_GAUGES)}
+
+
+KERNEL_GAUGES = (md.KERNEL_WARPS_PER_SM, md.KERNEL_RESIDENT_WARPS_PER_SM, md.KERNEL_THEORETICAL_OCCUPANCY,
+                 md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM, md.KERNEL_TIME_SHARE, md.KERNEL_LAUNCH_RATE,
+                 md.KERNEL_REPORTED_WARPS_MIN)
+SGEMM, ELEMENTWISE = "ampere_sgemm_32x32_sliced1x4_tn", "at::native::vectorized_elementwise_kernel"
+TRITON, A100 = "triton_poi_fused_add_cos_sin_0", "NVIDIA A100-SXM4-80GB"
 FIXED = Snapshot(
-    kernels=(
-        KernelSample("0", "ampere_sgemm_32x32_sliced1x4_tn", 19.5, 9.75, 0.25, 0.15, 1.25, 0.5, 40.0, 19.5),
-        KernelSample("0", "at::native::vectorized_elementwise_kernel", 1286.8, 60.4, 1.0, 0.94, 20.1, 0.125, 300.0,
-                     1286.8),
-        KernelSample("0", OTHER, 2.0, 1.5, None, None, None, 0.01, 12.5, -4.0),
-        KernelSample("1", "triton_poi_fused_add_cos_sin_0", 0.5, 0.5, None, None, None, 0.002, 1000.0, None),
-    ),
-    gpus=(GpuSample("0", 40.0, 0.625, 0.875, 0.125, False), GpuSample("1", None, None, 0.0625, 0.75, True)),
-    gpu_info=(GpuInfo("0", "NVIDIA A100-SXM4-80GB", "8.0", "108", "nvidia", "GPU-6f1d1a2e-5b7c-4e0d-9a3f-2c8b7e6d5f41"),
-              GpuInfo("1", "NVIDIA A100-SXM4-80GB", "8.0", "108", "nvidia")),
-    kernel_info=(("0", "ampere_sgemm_32x32_sliced1x4_tn", "ampere_sgemm_32x32_sliced1x4_tn"),
-                 ("1", "triton_poi_fused_add_cos_sin_0", "triton_poi_fused_add_cos_sin_0")),
-    nvml_up=True,
-    nvml=(NvmlSample("0", 0.5, 0.75),),
-    launches_observed=(("0", "ampere_sgemm_32x32_sliced1x4_tn", 120.0), ("0", OTHER, 37.0),
-                       ("1", "triton_poi_fused_add_cos_sin_0", 3.0)),
-    artifacts=(("0", OTHER, "negative_warps_per_sm", 2.0), ("0", OTHER, "unrounded_warps", 5.0)),
-    windows=(("ok", 3.0), ("empty", 1.0), ("failed", 2.0), ("timed_out", 0.0)),
-    kernels_folded=(("0", 7.0), ("1", 0.0)),
-    processing=HistogramState().observe(0.004).observe(0.3).observe(2.0),
-    last_window_timestamp=1_780_000_000.5,
-    capture_duty=1 / 60,
-    capture_period=60.0,
-    capture_window=1.0,
-    gpu_counters=(("0", (120.0, 105.0, 4800.0, 3.0, 0.0)), ("1", (120.0, 7.5, 0.0, 60.0, 12.0))),
-    kernel_counters=(
-        ("0", "ampere_sgemm_32x32_sliced1x4_tn", (30.0, 4800.0, 585.0, 292.5, 7.5, 4.5, 37.5)),
-        ("0", OTHER, (1.2, 1500.0, 2.4, 1.8, 0.0, 0.0, 0.0)),
-        ("1", "triton_poi_fused_add_cos_sin_0", (0.24, 120000.0, 0.12, 0.12, 0.0, 0.0, 0.0)),
-    ),
-    version="0.1.0",
+    {
+        **_kernel_rows(
+            ("0", SGEMM, (19.5, 9.75, 0.25, 0.15, 1.25, 0.5, 40.0, 19.5)),
+            ("0", ELEMENTWISE, (1286.8, 60.4, 1.0, 0.94, 20.1, 0.125, 300.0, 1286.8)),
+            ("0", OTHER, (2.0, 1.5, None, None, None, 0.01, 12.5, -4.0)),
+            ("1", TRITON, (0.5, 0.5, None, None, None, 0.002, 1000.0, None)),
+        ),
+        md.KERNEL_LAUNCHES_OBSERVED: ((("0", SGEMM), 120.0), (("0", OTHER), 37.0), (("1", TRITON), 3.0)),
+        md.PROFILER_ARTIFACTS: ((("0", OTHER, "negative_warps_per_sm"), 2.0), (("0", OTHER, "unrounded_warps"), 5.0)),
+        md.GPU_RESIDENT_WARPS_PER_SM: ((("0",), 40.0),),
+        md.GPU_ESTIMATED_OCCUPANCY: ((("0",), 0.625),),
+        md.GPU_BUSY: ((("0",), 0.875), (("1",), 0.0625)),
+        md.GPU_LONGEST_KERNEL_RATIO: ((("0",), 0.125), (("1",), 0.75)),
+        md.GPU_LOW_CONFIDENCE: ((("0",), 0.0), (("1",), 1.0)),
+        **{m: ((("0",), v0), (("1",), v1)) for m, v0, v1 in (
+            (md.GPU_OBSERVED_SECONDS, 120.0, 120.0), (md.GPU_BUSY_SECONDS, 105.0, 7.5),
+            (md.GPU_RESIDENT_WARPS_SECONDS, 4800.0, 0.0), (md.GPU_EMPTY_SECONDS, 3.0, 60.0),
+            (md.GPU_LOW_CONFIDENCE_SECONDS, 0.0, 12.0))},
+        **{m: ((("0", SGEMM), sgemm), (("0", OTHER), other), (("1", TRITON), triton)) for m, sgemm, other, triton in (
+            (md.KERNEL_SECONDS, 30.0, 1.2, 0.24), (md.KERNEL_LAUNCHES_ESTIMATED, 4800.0, 1500.0, 120000.0),
+            (md.KERNEL_WARPS_PER_SM_SECONDS, 585.0, 2.4, 0.12),
+            (md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS, 292.5, 1.8, 0.12),
+            (md.KERNEL_THEORETICAL_OCCUPANCY_SECONDS, 7.5, 0.0, 0.0),
+            (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 4.5, 0.0, 0.0), (md.KERNEL_WAVES_PER_SM_SECONDS, 37.5, 0.0, 0.0))},
+        md.GPU_INFO: ((("0", A100, "8.0", "108", "nvidia", "GPU-6f1d1a2e-5b7c-4e0d-9a3f-2c8b7e6d5f41"), 1.0),
+                      (("1", A100, "8.0", "108", "nvidia", ""), 1.0)),
+        md.KERNEL_INFO: ((("0", SGEMM, SGEMM), 1.0), (("1", TRITON, TRITON), 1.0)),
+        md.WINDOWS: ((("ok",), 3.0), (("empty",), 1.0), (("failed",), 2.0), (("timed_out",), 0.0)),
+        md.ERRORS: tuple(((stage, reason), 0.0) for stage, reason in FAULTS),
+        md.LAST_WINDOW_TIMESTAMP: (((), 1_780_000_000.5),),
+        md.CAPTURE_DUTY: (((), 1 / 60),),
+        md.CAPTURE_PERIOD: (((), 60.0),),
+        md.CAPTURE_WINDOW: (((), 1.0),),
+        md.KERNELS_FOLDED: ((("0",), 7.0), (("1",), 0.0)),
+        md.NVML_SM_OCCUPANCY: ((("0",), 0.5),),
+        md.NVML_GPU_UTILIZATION: ((("0",), 0.75),),
+        md.NVML_UP: (((), 1.0),),
+        md.BUILD_INFO: ((("0.1.0",), 1.0),),
+    },
+    HistogramState().observe(0.004).observe(0.3).observe(2.0),
 )
 
 
@@ -351,7 +371,7 @@ def test_openmetrics_is_served_when_the_scraper_asks_for_it() -> None:
 
 def test_non_finite_values_are_not_special_cased_away() -> None:
     """The exporter passes what analysis gives; analysis never gives inf/nan for a gauge."""
-    snap = Snapshot(kernels=(KernelSample("0", "k", warps_per_sm=math.inf),))
+    snap = Snapshot({md.KERNEL_WARPS_PER_SM: ((("0", "k"), math.inf),)})
     registry = CollectorRegistry()
     registry.register(SnapshotCollector(snap))
     assert registry.get_sample_value("warpwatch_kernel_warps_per_sm", {"gpu": "0", "kernel": "k"}) == math.inf

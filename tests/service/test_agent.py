@@ -44,6 +44,7 @@ from support.agent import service_value as value
 from warpwatch.capture import CapturedWindow
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
+from warpwatch.export.builder import WindowResult
 from warpwatch.service import agent as service_module
 from warpwatch.service import window as window_module
 from warpwatch.service.agent import Service
@@ -233,11 +234,10 @@ def test_an_unexpected_error_in_analysis_is_one_line_and_a_failed_window(
     assert record.warpwatch_fields["error"] == "unexpected ZeroDivisionError: division by zero"  # type: ignore[attr-defined]
 
 
-def test_a_hanging_source_times_out_and_is_skipped_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "CAPTURE_GRACE_S", 0.1)
+def test_a_hanging_source_times_out_and_is_skipped_while_busy() -> None:
     src = StubSource()
     src.hanging = True
-    svc = service_for(src)
+    svc = service_for(src, {"capture_grace_s": 0.1})
     svc.run_round()
     assert value(svc, md.WINDOWS, outcome="timed_out") == 1.0
     svc.run_round()  # still hanging: skipped, not called concurrently
@@ -246,11 +246,10 @@ def test_a_hanging_source_times_out_and_is_skipped_while_busy(monkeypatch: pytes
 
 
 @pytest.mark.slow
-def test_shutdown_abandons_a_stuck_round_after_window_plus_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "SHUTDOWN_GRACE_S", 0.2)
+def test_shutdown_abandons_a_stuck_round_after_window_plus_grace() -> None:
     src = StubSource()
     src.hanging = True
-    svc = service_for(src, collect_timeout=30.0)
+    svc = service_for(src, {"shutdown_grace_s": 0.2}, collect_timeout=30.0)
     svc.startup()
     time.sleep(0.2)  # the first round starts at once and hangs in capture
     t0 = time.monotonic()
@@ -264,7 +263,7 @@ def test_readiness_follows_the_rounds() -> None:
     src = StubSource()
     svc = Service(Config(source=("stub:1",), port=0, address="127.0.0.1", period=60.0, window=1.0, jitter=5.0,
                          collect_timeout=30.0), sources=[src], clock=lambda: now[0])
-    svc._started_at = now[0]
+    svc.ready.started()
     assert svc.readiness() == (True, "no window expected yet")
     now[0] += 60 + 5 + 1 + 30 + 10 + 1
     assert svc.readiness() == (False, "no round finished in the 107s since start")
@@ -281,12 +280,13 @@ def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
     assert text_type.startswith("text/plain") and om_type.startswith("application/openmetrics-text")
     assert om.endswith(b"# EOF\n") and om.count(b"# EOF") == 1
     assert b"process_" in text or b"python_gc" in text  # the agent's own metrics, rendered per scrape
-    cached = svc._rendered[text_type][1]
-    assert svc.render("text/plain")[0].startswith(cached)
-    assert svc._rendered[text_type][1] is cached  # same snapshot: not rendered again
-    svc.builder.record(service_module.WindowResult("stub:1", "p", "failed"), 1.0)
+    assert svc.exposition.renders == 2
+    svc.render("text/plain")
+    assert svc.exposition.renders == 2  # same snapshot: not rendered again
+    svc.builder.record(WindowResult("stub:1", "p", "failed"), 1.0)
     svc.collector.publish(svc.builder.snapshot())
     assert b'warpwatch_windows_total{outcome="failed"} 1.0' in svc.render("text/plain")[0]
+    assert svc.exposition.renders == 3
 
 
 @pytest.mark.slow
@@ -321,7 +321,7 @@ def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
 def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() -> None:
     """The Kineto daemon needs a start lead and a poll wait beyond window + collect_timeout: a source
     states that overhead, and the round's bound grows by it instead of timing the window out."""
-    from warpwatch.service.agent import CAPTURE_GRACE_S
+    from warpwatch.service.fanout import CAPTURE_GRACE_S
 
     class SlowSource(StubSource):
         capture_overhead_s = 2.0
@@ -337,13 +337,12 @@ def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() ->
 
 
 def test_sources_state_their_capture_overhead() -> None:
-    from warpwatch.capture import capture_overhead_s
     from warpwatch.capture.daemon import KinetoDaemonSource
     from warpwatch.capture.daemon_window import KINETO_FINISH_S
     from warpwatch.capture.servers import VllmSource
 
     daemon = KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", start_lead_s=3.0, poll_interval_hint_s=5.0)
-    assert capture_overhead_s(daemon) == 1.5 * 5.0 + 1.0 + 3.0 + KINETO_FINISH_S  # no client seen yet
+    assert daemon.capture_overhead_s == 1.5 * 5.0 + 1.0 + 3.0 + KINETO_FINISH_S  # no client seen yet
     vllm = VllmSource("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
-    assert capture_overhead_s(vllm) == 3 * 10.0 + 1.0 + 2.0 + 10.0  # the start; a stop ending a session left open
-    assert capture_overhead_s(StubSource()) == 0.0
+    assert vllm.capture_overhead_s == 3 * 10.0 + 1.0 + 2.0 + 10.0  # the start; a stop ending a session left open
+    assert StubSource().capture_overhead_s == 0.0

@@ -34,7 +34,6 @@ from warpwatch.capture import CapturedWindow
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
-from warpwatch.service import agent as service_module
 from warpwatch.service.agent import Service
 from warpwatch.service.ticker import Ticker
 
@@ -252,11 +251,10 @@ def test_a_source_that_fails_every_round_is_counted_each_time_and_logged_once(
     assert [r.levelname for r in lines] == ["WARNING"] + ["DEBUG"] * 4
 
 
-def test_a_hanging_source_is_counted_as_timed_out_then_skipped_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "CAPTURE_GRACE_S", 0.1)
+def test_a_hanging_source_is_counted_as_timed_out_then_skipped_while_busy() -> None:
     src = StubSource()
     src.hanging = True
-    svc = service_for(src)
+    svc = service_for(src, {"capture_grace_s": 0.1})
     svc.run_round()
     svc.run_round()
     src.hang.set()
@@ -265,10 +263,20 @@ def test_a_hanging_source_is_counted_as_timed_out_then_skipped_while_busy(monkey
 
 
 def test_an_overrun_round_is_skipped_and_counted() -> None:
-    svc = service_for(StubSource())
-    with svc._round_lock:  # a round still running
-        svc._tick()
-        svc._tick()
+    src = StubSource()
+    src.hanging = True
+    svc = service_for(src)
+    running = threading.Thread(target=svc.run_round)
+    running.start()
+    deadline = time.monotonic() + 10
+    while not svc.round_running:  # a round still running, hanging in its capture
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    svc.tick()
+    svc.tick()
+    src.hang.set()
+    running.join(10)
+    src.hanging = False
     svc.run_round()
     assert svc.registry.get_sample_value(ERRORS, {"stage": "round", "reason": "overrun"}) == 2
 

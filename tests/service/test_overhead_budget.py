@@ -7,13 +7,13 @@ import logging
 
 import pytest
 
-from warpwatch.capture import CapturedWindow
+from warpwatch.capture import CapturedWindow, Source
 from warpwatch.config import Config
 from warpwatch.overhead import LatencySplit
 from warpwatch.service.agent import Service
 
 
-class CostlySource:
+class CostlySource(Source):
     """Opens no window; reports a stop stall per round and a served-latency split."""
 
     def __init__(self, stall_s: float, splits: list[LatencySplit] | None = None) -> None:
@@ -21,9 +21,6 @@ class CostlySource:
         self.stall_s = stall_s
         self.splits = list(splits or [])
         self.split: LatencySplit | None = None
-
-    def start(self) -> None:
-        pass
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         if self.splits:
@@ -36,13 +33,10 @@ class CostlySource:
     def served_latency(self) -> LatencySplit | None:
         return self.split
 
-    def close(self) -> None:
-        pass
-
 
 def service(src: CostlySource, budget: float) -> Service:
     return Service(Config(source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.5, jitter=0.0,
-                          overhead_budget=budget), sources=[src])  # type: ignore[list-item]
+                          overhead_budget=budget), sources=[src])
 
 
 def test_a_stall_above_the_budget_stretches_the_period(caplog: pytest.LogCaptureFixture) -> None:
@@ -54,7 +48,7 @@ def test_a_stall_above_the_budget_stretches_the_period(caplog: pytest.LogCapture
     # 4 s lost per round: within 1 % the period is 4 / 0.01 = 400 s (duty 0.5 / 400)
     assert svc.registry.get_sample_value("warpwatch_capture_period_seconds") == pytest.approx(400.0)
     assert svc.registry.get_sample_value("warpwatch_capture_duty_ratio") == pytest.approx(0.5 / 400)
-    own = svc.self_registry
+    own = svc.exposition.self_registry
     assert own.get_sample_value("warpwatch_overhead_ratio") == pytest.approx(0.01)
     assert own.get_sample_value("warpwatch_overhead_budget_ratio") == 0.01
     stops = {"source": "stand-in:costly"}
@@ -71,7 +65,7 @@ def test_a_cost_within_the_budget_keeps_the_period() -> None:
     for _ in range(2):
         svc.run_round()
     assert svc.registry.get_sample_value("warpwatch_capture_period_seconds") == 10.0
-    assert svc.self_registry.get_sample_value("warpwatch_overhead_ratio") == pytest.approx(0.005)
+    assert svc.exposition.self_registry.get_sample_value("warpwatch_overhead_ratio") == pytest.approx(0.005)
 
 
 def test_the_served_slowdown_is_exported_and_charged() -> None:
@@ -81,6 +75,6 @@ def test_the_served_slowdown_is_exported_and_charged() -> None:
     svc = service(CostlySource(stall_s=0.0, splits=splits), budget=0.05)
     for _ in range(3):
         svc.run_round()
-    own = svc.self_registry
+    own = svc.exposition.self_registry
     assert own.get_sample_value("warpwatch_served_slowdown_ratio", {"source": "stand-in:costly"}) == pytest.approx(0.5)
     assert svc.registry.get_sample_value("warpwatch_capture_period_seconds") == pytest.approx(2 * 0.5 / 1.5 / 0.05)

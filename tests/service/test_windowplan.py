@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from support.tracebuild import kernel, span, trace_doc, write
-from warpwatch.capture import CapturedWindow
+from warpwatch.capture import CapturedWindow, Source
 from warpwatch.config import Config
 from warpwatch.service.agent import Service
 from warpwatch.service.windowplan import WindowPlanner, agent_chooses_window
@@ -42,7 +42,7 @@ def test_only_sources_that_open_their_own_windows_adapt() -> None:
     assert not agent_chooses_window("dir:/traces") and not agent_chooses_window("replay:/t")
 
 
-class LongKernelSource:
+class LongKernelSource(Source):
     """A stand-in for a source that opens windows of the asked length (the Kineto daemon on a GPU,
     which cannot run here): each capture writes a trace of that length holding one kernel of
     `kernel_s`, wholly inside it when it fits (Kineto's rule)."""

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from warpwatch.capture import CapturedWindow
+from warpwatch.capture import CapturedWindow, Source
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.names.labels import KernelNamer
@@ -241,7 +241,7 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
     assert len(series(samples, md.KERNEL_TIME_SHARE.name)) == expected
 
 
-class StubSource:
+class StubSource(Source):
     """A stand-in source: returns queued windows, or raises / hangs when told to."""
 
     def __init__(self, name: str = "stub:1") -> None:
@@ -267,11 +267,12 @@ class StubSource:
         self.hang.set()
 
 
-def service_for(source: StubSource, **config: Any) -> Service:
+def service_for(source: StubSource, service: dict[str, Any] | None = None, **config: Any) -> Service:
+    """A `Service` over `source`, with `config` settings and `service` constructor arguments."""
     settings: dict[str, Any] = {"source": ("stub:1",), "address": "127.0.0.1", "port": 0, "period": 1.0,
                                 "window": 0.05, "jitter": 0.0, "allow_high_duty": True, "collect_timeout": 0.2}
     settings.update(config)
-    return Service(Config(**settings), sources=[source])
+    return Service(Config(**settings), sources=[source], **(service or {}))
 
 
 def service_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:

@@ -5,20 +5,27 @@ calls `Source.capture()` once per scheduled window (never concurrently), analyse
 `CapturedWindow` it returns, and calls `CapturedWindow.done()` afterwards so the source can
 delete or forget the file. Sources never analyse and never touch Prometheus.
 
-To add a source: implement the `Source` protocol in a module of this package and register
-its spec prefix in `warpwatch.capture.registry.build_source`.
+To add a source: subclass `Source` in a module of this package and register its spec prefix in
+`warpwatch.capture.registry.build_source`.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal
 
 from ..model import Outcome
+from ..overhead import LatencySplit
+from ..sourcestats import SourceStats
 
-__all__ = ["CapturedWindow", "Outcome", "Source", "SourceStats", "capture_overhead_s"]
+__all__ = ["CaptureFailure", "CapturedWindow", "Outcome", "Source", "SourceStats"]
+
+CaptureFailure = Literal["failed", "timed_out", "raised"]
+"""Why a window came without a trace file: the source said so (failed), it took too long
+(timed_out), or its `capture()` raised (a bug). Counted as the fault `("capture", kind)`."""
 
 
 @dataclass(frozen=True)
@@ -39,52 +46,59 @@ class CapturedWindow:
     outcome: Outcome | None = None
     on_done: Callable[[bool], None] | None = None
     """Called with True when the window was analysed (any outcome), so the source may delete it."""
+    failure: CaptureFailure | None = None
+    """The kind of failure of a window without a file, where it is not its outcome ("raised")."""
 
     def done(self, processed: bool = True) -> None:
         if self.on_done is not None:
             self.on_done(processed)
 
-
-@dataclass(frozen=True)
-class SourceStats:
-    """What a source counts about its peers, for the agent's own metrics (`selfmetrics`). A source
-    reports it with an optional `stats()` method; the kineto-daemon source does."""
-
-    clients: int
-    clients_seen: int
-    dropped: dict[str, int] = field(default_factory=dict)
-    """Datagrams dropped unanswered by reason (malformed)."""
-    replies_dropped: dict[str, int] = field(default_factory=dict)
-    """Replies not sent by reason (stale, send_failed, unsafe_address)."""
-    evicted: dict[str, int] = field(default_factory=dict)
-    """Clients dropped from the registry by reason (registry_full, undeliverable)."""
+    @property
+    def failure_kind(self) -> CaptureFailure:
+        """The kind of failure of a window without a file: `failure` when set, else its outcome."""
+        if self.failure is not None:
+            return self.failure
+        return "timed_out" if self.outcome == "timed_out" else "failed"
 
 
-def capture_overhead_s(source: object) -> float:
-    """Seconds a source's capture may take beyond `window_s + timeout_s` (e.g. the Kineto daemon's
-    start lead and poll wait, an HTTP server's start/stop requests). A source states it with an
-    optional `capture_overhead_s` attribute or property; without one it is 0."""
-    value = getattr(source, "capture_overhead_s", 0.0)
-    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
-
-
-@runtime_checkable
-class Source(Protocol):
-    """Where windows come from. One instance per `--source` spec."""
+class Source(abc.ABC):
+    """Where windows come from: one instance per `--source` spec. Everything the service uses of a
+    source is declared here; `capture` is the one member without a default."""
 
     name: str
     """The spec as the user wrote it (used in logs and metrics)."""
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 (a source without resources needs no start)
         """Acquire resources (bind sockets, check folders). Raise CaptureError to refuse."""
 
+    @abc.abstractmethod
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Open one window of `window_s` seconds and return what it produced.
 
-        Blocks at most about `window_s + timeout_s + capture_overhead_s(source)`. Returns [] when
-        nothing is there yet.
-        Must not raise for expected failures: return a CapturedWindow with `error` set.
+        Blocks at most about `window_s + timeout_s + capture_overhead_s`. Returns [] when nothing
+        is there yet. Must not raise for expected failures: return a CapturedWindow with `error`
+        set.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a source without resources has nothing to release)
         """Release everything; called once at shutdown, possibly from another thread."""
+
+    @property
+    def capture_overhead_s(self) -> float:
+        """Seconds a capture may take beyond `window_s + timeout_s` (e.g. the Kineto daemon's start
+        lead and poll wait, an HTTP server's start/stop requests); the service bounds rounds with it."""
+        return 0.0
+
+    def stats(self) -> SourceStats:
+        """What the source counts, for the agent's own metrics (`selfmetrics`); nothing by default."""
+        return SourceStats()
+
+    def take_stop_seconds(self) -> list[float]:
+        """The stops answered since the last call, each from asking the traced process to end a
+        window until it answered (`overhead`); none by default (a source that sends no stop)."""
+        return []
+
+    def served_latency(self) -> LatencySplit | None:
+        """The served inter-token latency inside and outside windows, cumulative, where the source
+        can read it (`overhead`); None by default."""
+        return None

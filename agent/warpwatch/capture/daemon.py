@@ -34,7 +34,9 @@ import time
 from pathlib import Path
 
 from ..errors import CaptureError, ConfigError
-from . import CapturedWindow, SourceStats, daemon_window
+from ..sourcestats import SourceStats
+from ..units import check_seconds
+from . import CapturedWindow, Source, daemon_window
 from .daemon_clients import MAX_CLIENTS, ClientRegistry, DaemonClient
 from .daemon_files import TraceFiles
 from .daemon_serve import Responder
@@ -64,7 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class KinetoDaemonSource:
+class KinetoDaemonSource(Source):
     """A `Source` that triggers on-demand traces in unmodified PyTorch processes.
 
     Parameters:
@@ -110,8 +112,7 @@ class KinetoDaemonSource:
             ("client_ttl_s", client_ttl_s),
             ("poll_interval_hint_s", poll_interval_hint_s),
         ):
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{setting}: {value!r} must be a positive number of seconds")
+            check_seconds(value, setting)
         if max_clients < 1:
             raise ConfigError(f"max_clients: {max_clients!r} must be at least 1")
         self.start_lead_s = start_lead_s

@@ -51,11 +51,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CaptureError
 from ..logs import RepeatFilter, event, limited_event
-from . import CapturedWindow
+from ..units import check_seconds
+from . import CapturedWindow, Source
 from .confine import RefusedFile, check
 from .files import TEMP_SUFFIXES, TRACE_SUFFIXES, is_complete_json_file, is_finished
+from .folders import check_start_folder, list_traces
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class _Look:
     refused: frozenset[Path]
 
 
-class DirSource:
+class DirSource(Source):
     """A `Source` over a folder of finished trace files (module doc)."""
 
     def __init__(
@@ -114,8 +115,8 @@ class DirSource:
         self.delete_processed = delete_processed
         self.retention_files = retention_files
         self.retention_bytes = retention_bytes
-        self.give_up_s = give_up_s
-        self.json_settle_s = json_settle_s
+        self.give_up_s = check_seconds(give_up_s, "give_up_s", zero=True, prefix=f"{self.name}: ")
+        self.json_settle_s = check_seconds(json_settle_s, "json_settle_s", zero=True, prefix=f"{self.name}: ")
         self._clock = clock
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -128,14 +129,10 @@ class DirSource:
     # -- Source protocol
 
     def start(self) -> None:
-        if self.folder.exists() and not self.folder.is_dir():
-            raise CaptureError(f"{self.name}: {self.folder} is not a folder")
-        if not self.folder.exists():
+        if not check_start_folder(self.name, self.folder):
             event(log, "source_waiting", logging.WARNING, source=self.name,
                   reason="folder does not exist yet; windows start when it appears")
             self._missing_logged = True
-        elif not os.access(self.folder, os.R_OK | os.X_OK):
-            raise CaptureError(f"{self.name}: folder {self.folder} is not readable")
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Look, wait `window_s`, look again; return the files finished and not yet processed."""
@@ -211,8 +208,7 @@ class DirSource:
         """The folder's trace files; None while it does not exist; a failed window when it
         cannot be listed."""
         try:
-            with os.scandir(self.folder) as it:
-                entries = list(it)
+            listing = list_traces(self.folder, is_trace_name)
         except FileNotFoundError:
             if not self._missing_logged:
                 event(log, "source_waiting", logging.WARNING, source=self.name, reason="folder does not exist")
@@ -224,29 +220,8 @@ class DirSource:
         if self._missing_logged:
             event(log, "source_folder_found", source=self.name)
             self._missing_logged = False
-        files: dict[Path, Key] = {}
-        refused: set[Path] = set()
-        for entry in entries:
-            if not is_trace_name(entry.name):
-                continue
-            path = Path(entry.path)
-            try:
-                if entry.is_dir(follow_symlinks=False):  # reported, not skipped: confine refuses it by name
-                    refused.add(path)
-                    st = entry.stat(follow_symlinks=False)
-                    files[path] = (entry.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                    continue
-                st = check(path, self.folder).st
-            except RefusedFile:
-                refused.add(path)  # handed over as it is: the reader refuses it again, with the reason
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-            except OSError:
-                continue
-            files[path] = (entry.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        return _Look(files, frozenset(refused))
+        files = {path: (path.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for path, st in listing.files.items()}
+        return _Look(files, listing.refused)
 
     def _done_callback(self, e: _Entry) -> Callable[[bool], None]:
         def done(processed: bool) -> None:

@@ -31,7 +31,6 @@ import atexit
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import socket
@@ -44,6 +43,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError
+from ..units import check_seconds
 
 log = logging.getLogger(__name__)
 
@@ -308,39 +308,16 @@ def attach(
 
     Raises ConfigError for invalid settings and ImportError when torch is missing.
     """
-    for setting, value in (("period_s", period_s), ("window_s", window_s)):
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{setting}: {value!r} must be a positive number of seconds")
-    if window_s > period_s:
-        raise ConfigError(f"window_s: {window_s!r} s is longer than period_s {period_s!r} s")
-    if not (math.isfinite(first_delay_s) and first_delay_s >= 0):
-        raise ConfigError(f"first_delay_s: {first_delay_s!r} must be zero or more seconds")
-    if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-        raise ConfigError(f"max_pending: {max_pending!r} must be a whole number of traces, 1 or more")
-    if serve_port is not None:
-        raise ConfigError(
-            f"serve_port: {serve_port!r}: serving metrics from inside the process is not available yet; "
-            "write to trace_dir and run the warpwatch sidecar with a dir: source on it"
-        )
-    if trace_dir is None and on_trace is None:
-        raise ConfigError("attach: give trace_dir, on_trace or both, or the traces would go nowhere")
+    _check_settings(period_s, window_s, first_delay_s, max_pending, serve_port, trace_dir is None and on_trace is None)
     import torch  # lazily: warpwatch itself never needs torch
 
-    owns = trace_dir is None
-    if trace_dir is None:
-        folder = Path(tempfile.mkdtemp(prefix="warpwatch-inprocess-"))
-    else:
-        folder = Path(trace_dir)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"trace_dir: cannot create {str(folder)!r}: {exc}") from exc
+    folder = _trace_folder(trace_dir)
     handle = Attachment(
         torch=torch,
         period_s=period_s,
         window_s=window_s,
         trace_dir=folder,
-        owns_trace_dir=owns,
+        owns_trace_dir=trace_dir is None,
         on_trace=on_trace,
         record_cpu=record_cpu,
         first_delay_s=first_delay_s,
@@ -348,3 +325,34 @@ def attach(
     )
     handle._start()
     return handle
+
+
+def _check_settings(period_s: float, window_s: float, first_delay_s: float, max_pending: int, serve_port: int | None,
+                    nowhere: bool) -> None:
+    """ConfigError for the first of `attach`'s settings that is invalid."""
+    for setting, value in (("period_s", period_s), ("window_s", window_s)):
+        check_seconds(value, setting)
+    if window_s > period_s:
+        raise ConfigError(f"window_s: {window_s!r} s is longer than period_s {period_s!r} s")
+    check_seconds(first_delay_s, "first_delay_s", zero=True)
+    if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+        raise ConfigError(f"max_pending: {max_pending!r} must be a whole number of traces, 1 or more")
+    if serve_port is not None:
+        raise ConfigError(
+            f"serve_port: {serve_port!r}: serving metrics from inside the process is not available yet; "
+            "write to trace_dir and run the warpwatch sidecar with a dir: source on it"
+        )
+    if nowhere:
+        raise ConfigError("attach: give trace_dir, on_trace or both, or the traces would go nowhere")
+
+
+def _trace_folder(trace_dir: str | os.PathLike[str] | None) -> Path:
+    """`trace_dir`, created if missing; None: a private temporary folder."""
+    if trace_dir is None:
+        return Path(tempfile.mkdtemp(prefix="warpwatch-inprocess-"))
+    folder = Path(trace_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"trace_dir: cannot create {str(folder)!r}: {exc}") from exc
+    return folder

@@ -24,12 +24,12 @@ import threading
 from pathlib import Path
 
 from ..errors import CaptureError
-from . import CapturedWindow
+from . import CapturedWindow, Source
 from .confine import RefusedFile, check
 from .dirsource import is_trace_name, labels_for
 
 
-class ReplaySource:
+class ReplaySource(Source):
     """A `Source` that replays recorded trace files in a loop (module doc)."""
 
     def __init__(self, path: str | os.PathLike[str], *, name: str | None = None) -> None:

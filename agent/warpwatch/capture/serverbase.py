@@ -23,9 +23,8 @@ Expected failures never raise: `capture()` returns `CapturedWindow(path=None,
 outcome="failed" | "timed_out", error=...)`. After a failure to start or stop (profiling
 disabled, refused token, server unreachable or gone) the source backs off exponentially
 (`backoff_s`, doubling up to `max_backoff_s`): while backing off, `capture()` returns [] without
-touching the server. Windows not opened on purpose are counted by reason in `server_stats()`
-(`warpwatch_server_windows_skipped_total`), trace files by kind
-(`warpwatch_server_trace_files_total`).
+touching the server. Windows not opened on purpose are counted by reason in `stats()`
+(`sourcestats.SKIP_REASONS`), trace files by kind (`sourcestats.FILE_KINDS`).
 """
 
 from __future__ import annotations
@@ -37,12 +36,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CaptureError, ConfigError
+from ..errors import ConfigError
 from ..overhead import LatencySplit
-from . import CapturedWindow
+from ..sourcestats import SourceStats
+from ..units import check_seconds
+from . import CapturedWindow, Source
+from .folders import check_start_folder
 from .servedlatency import HISTOGRAMS, ServedLatency
 from .serverfiles import SessionFiles
 from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
@@ -53,23 +54,8 @@ log = logging.getLogger("warpwatch.capture.servers")
 
 DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
 
-SKIP_REASONS = ("unsafe_request", "profile_in_use", "previous_flush_pending", "session_pending")
-"""Why a server source opened no window (`warpwatch_server_windows_skipped_total{reason}`)."""
-FILE_KINDS = ("worker", "late", "cpu_only", "abandoned")
-"""Trace files a server source found, by kind (`warpwatch_server_trace_files_total{kind}`):
-handed over in their window; handed over after their window timed out; a CPU-only trace of the
-server's front end (deleted unread); never completed, given up."""
 
-
-@dataclass(frozen=True)
-class ServerStats:
-    """What a server source counts (exported by `selfmetrics`)."""
-
-    skipped: dict[str, int] = field(default_factory=dict)
-    files: dict[str, int] = field(default_factory=dict)
-
-
-class ProfilingServerSource(SessionStops, SessionFiles):
+class ProfilingServerSource(SessionStops, SessionFiles, Source):
     """Shared machinery of `VllmSource` and `SglangSource` (see the module docstring)."""
 
     kind = "server"
@@ -107,10 +93,10 @@ class ProfilingServerSource(SessionStops, SessionFiles):
             ("late_timeout_s", late_timeout_s),
             ("settle_quiet_s", settle_quiet_s),
         ):
-            if not value > 0:
-                raise ConfigError(f"{self.kind} source: {setting} must be > 0, got {value!r}")
-        if max_retries < 0 or retry_pause_s < 0:
-            raise ConfigError(f"{self.kind} source: max_retries and retry_pause_s must be >= 0")
+            check_seconds(value, setting, prefix=f"{self.kind} source: ")
+        check_seconds(retry_pause_s, "retry_pause_s", zero=True, prefix=f"{self.kind} source: ")
+        if max_retries < 0:
+            raise ConfigError(f"{self.kind} source: max_retries must be >= 0")
         if expected_files is not None and expected_files < 1:
             raise ConfigError(f"{self.kind} source: expected_files must be >= 1, got {expected_files!r}")
         if not token_env:
@@ -167,7 +153,7 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         return None
 
     def _refusal_reason(self, reply: Reply) -> str | None:
-        """A `SKIP_REASONS` entry when a refused start means the window was skipped on purpose."""
+        """A `sourcestats.SKIP_REASONS` entry when a refused start means the window was skipped on purpose."""
         return None
 
     def _stop_waits_for_files(self) -> bool:
@@ -192,17 +178,13 @@ class ProfilingServerSource(SessionStops, SessionFiles):
     # -- Source protocol -----------------------------------------------------------------
 
     def start(self) -> None:
-        if self.trace_dir.exists() and not self.trace_dir.is_dir():
-            raise CaptureError(f"{self.name}: trace folder {self.trace_dir} is not a folder")
-        if not self.trace_dir.exists():
+        if not check_start_folder(self.name, self.trace_dir, "trace folder"):
             log.warning(
                 "%s: trace folder %s does not exist (yet); the server creates it when it writes "
                 "its first trace, and the agent must see the same folder",
                 self.name,
                 self.trace_dir,
             )
-        elif not os.access(self.trace_dir, os.R_OK | os.X_OK):
-            raise CaptureError(f"{self.name}: trace folder {self.trace_dir} is not readable")
 
     def close(self) -> None:
         self._closed.set()
@@ -221,9 +203,9 @@ class ProfilingServerSource(SessionStops, SessionFiles):
             return ""
         return None if reply_error(reply) else reply.raw.decode("utf-8", "replace")
 
-    def server_stats(self) -> ServerStats:
-        """Windows skipped by reason and trace files by kind, since start (exported as metrics)."""
-        return ServerStats(skipped=dict(self._skipped), files=dict(self._files))
+    def stats(self) -> SourceStats:
+        """Windows skipped by reason and trace files by kind, since start."""
+        return SourceStats(skipped=dict(self._skipped), files=dict(self._files))
 
     @property
     def capture_overhead_s(self) -> float:
@@ -392,7 +374,7 @@ class ProfilingServerSource(SessionStops, SessionFiles):
         return CapturedWindow(source=self.name, path=None, error=message, outcome="failed")
 
     def _refuse(self, reason: str, message: str) -> CapturedWindow:
-        """A window skipped on purpose (`SKIP_REASONS`): counted, logged, backed off."""
+        """A window skipped on purpose (`sourcestats.SKIP_REASONS`): counted, logged, backed off."""
         self._skipped[reason] += 1
         return self._fail_and_back_off(message)
 

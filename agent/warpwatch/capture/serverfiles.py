@@ -6,7 +6,6 @@ windows, and what a window that gave up leaves behind (the late session, see `se
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from . import CapturedWindow
 from .files import TEMP_SUFFIXES
+from .folders import list_traces
 from .serversession import Session
 
 log = logging.getLogger("warpwatch.capture.servers")
@@ -47,15 +47,12 @@ class SessionFiles:
         raise NotImplementedError
 
     def _list_traces(self) -> dict[str, Path]:
+        """The trace files in the folder that `confine` allows, by name (`folders.list_traces`)."""
         try:
-            with os.scandir(self.trace_dir) as entries:
-                return {
-                    e.name: Path(e.path)
-                    for e in entries
-                    if self._is_trace_name(e.name) and not e.name.endswith(TEMP_SUFFIXES) and e.is_file()
-                }
+            listing = list_traces(self.trace_dir, lambda n: self._is_trace_name(n) and not n.endswith(TEMP_SUFFIXES))
         except OSError:
             return {}
+        return listing.allowed()
 
     def _poll(self, session: Session) -> list[CapturedWindow]:
         """One look at the folder for `session`: windows for its worker files settled now."""

@@ -4,7 +4,7 @@ Both servers can start and stop `torch.profiler` in their workers on request and
 Kineto trace per worker (tensor-parallel rank) into a folder the agent must see (a shared
 volume; `trace_dir` is that folder as the agent sees it). The pieces:
 
-- `serverbase`: one window (start, wait, stop, collect), back-off, counters (`server_stats`);
+- `serverbase`: one window (start, wait, stop, collect), back-off, counters (`stats`);
 - `serversession`: which files in the folder belong to one of warpwatch's sessions, when they
   are complete, and what happens to the ones that come after their window gave up;
 - `serverhttp`: the HTTP client (retries only for requests that never reached the server,
@@ -17,8 +17,9 @@ docstrings and in the README ("vLLM and SGLang").
 
 from __future__ import annotations
 
-from .serverbase import DEFAULT_TOKEN_ENV, FILE_KINDS, SKIP_REASONS, ServerStats
+from ..sourcestats import FILE_KINDS, SKIP_REASONS
+from .serverbase import DEFAULT_TOKEN_ENV
 from .sglang import SglangSource
 from .vllm import VllmSource
 
-__all__ = ["DEFAULT_TOKEN_ENV", "FILE_KINDS", "SKIP_REASONS", "ServerStats", "SglangSource", "VllmSource"]
+__all__ = ["DEFAULT_TOKEN_ENV", "FILE_KINDS", "SKIP_REASONS", "SglangSource", "VllmSource"]

@@ -28,39 +28,33 @@ the fixed set `FAULTS`, all exported from the start (at 0) so that `rate()` sees
 Traces are input, so what they name is bounded (`seriesbound`): at most `max_gpus` GPUs have
 series (`GpuBound`: a GPU left out or displaced counts as `("export", "too_many_gpus")`, and a
 displaced GPU's series all go), and per counter family the least recently updated series beyond
-`MAX_COUNTER_SERIES` are dropped. The immutable snapshot and its collector are `snapshot`'s.
+`MAX_COUNTER_SERIES` are dropped. What is kept of each GPU is one `gpustate.GpuState`; the
+per-kernel counter series of all GPUs are one `gpustate.KernelSeries`. The immutable snapshot (each
+metric definition with its samples) and its collector are `snapshot`'s.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 from .. import __version__
 from ..config import MAX_GPUS
 from ..logs import RepeatFilter, limited_event
-from ..model import FAULTS, OUTCOMES, DeviceProperties, Fault, Outcome, WindowAnalysis
-from ..names.labels import KernelNamer, label_text, name_text
-from .pooling import MEANS, OTHER, GpuRound, GpuSums, KernelSums, StableTopK, fold, merge_round, round_sums
-from .seriesbound import ABSENT_ROUNDS, MAX_COUNTER_SERIES, GpuBound, LruCounter, LruSums
-from .snapshot import (
-    GPU_COUNTERS,
-    KERNEL_COUNTERS,
-    GpuInfo,
-    GpuSample,
-    HistogramState,
-    KernelSample,
-    NvmlSample,
-    Snapshot,
-    SnapshotCollector,
-)
+from ..model import FAULTS, OUTCOMES, DeviceStats, Fault, KernelStats, Outcome, WindowAnalysis
+from ..names.labels import KernelNamer, name_text
+from . import metricdefs as md
+from .gpustate import GpuState, KernelSeries
+from .pooling import OTHER, GpuRound, GpuSums, KernelSums, StableTopK, fold, merge_round, round_sums
+from .seriesbound import ABSENT_ROUNDS, MAX_COUNTER_SERIES, GpuBound
+from .snapshot import GpuInfo, HistogramState, NvmlSample, Sample, Snapshot, SnapshotCollector, gpu_info
 
 __all__ = [
-    "FAULTS", "GPU_COUNTERS", "KERNEL_COUNTERS", "MAX_COUNTER_SERIES", "MAX_GPUS", "OTHER", "OUTCOMES", "Fault",
-    "GpuInfo", "GpuSample", "HistogramState", "KernelSample", "NvmlSample", "Snapshot", "SnapshotBuilder",
-    "SnapshotCollector", "WindowResult",
+    "FAULTS", "MAX_COUNTER_SERIES", "MAX_GPUS", "OTHER", "OUTCOMES", "Fault", "GpuInfo", "HistogramState",
+    "NvmlSample", "Snapshot", "SnapshotBuilder", "SnapshotCollector", "WindowResult",
 ]
 log = logging.getLogger("warpwatch.export")
 
@@ -84,11 +78,6 @@ class WindowResult:
     """Why the window failed or timed out: one of `FAULTS`."""
 
 
-def _info_of(gpu: str, props: DeviceProperties) -> GpuInfo:
-    return GpuInfo(gpu, label_text(props.name), label_text(props.compute_capability), str(props.num_sms),
-                   props.vendor, label_text(props.uuid or ""))
-
-
 class SnapshotBuilder:
     """Folds finished windows into counters and per-GPU gauges; `snapshot()` freezes them.
 
@@ -99,9 +88,9 @@ class SnapshotBuilder:
         self,
         *,
         top_kernels: int,
-        capture_duty: float | None = None,
-        capture_period: float | None = None,
-        capture_window: float | None = None,
+        capture_duty: Callable[[], float] | None = None,
+        capture_period: Callable[[], float] | None = None,
+        capture_window: Callable[[], float] | None = None,
         namer: KernelNamer | None = None,
         version: str = __version__,
         max_counter_series: int = MAX_COUNTER_SERIES,
@@ -116,33 +105,22 @@ class SnapshotBuilder:
         self.capture_duty = capture_duty
         self.capture_period = capture_period
         self.capture_window = capture_window
-        """The window the agent asks for now; the service updates it when it adapts (`--adaptive-window`)."""
+        """The window the agent asks for now, read at each snapshot (`--adaptive-window` lengthens it)."""
         self.namer = namer or KernelNamer()
         self.version = version
         self._windows: dict[str, float] = dict.fromkeys(OUTCOMES, 0.0)
         self._errors: dict[Fault, float] = dict.fromkeys(FAULTS, 0.0)
         self._histogram = HistogramState()
         self._last_ts: float | None = None
-        self._gpu_kernels: dict[int, tuple[KernelSample, ...]] = {}
-        self._gpu_samples: dict[int, GpuSample] = {}
-        self._trace_info: dict[int, GpuInfo] = {}
-        self._kernel_names: dict[int, tuple[tuple[str, str, str], ...]] = {}
-        self._launches = LruCounter(max_counter_series)
-        self._artifacts = LruCounter(max_counter_series)
-        self._folded: dict[str, float] = {}
+        self._gpus: dict[int, GpuState] = {}
+        """Every GPU with series, and all that is kept of it (`gpustate.GpuState`)."""
+        self._series = KernelSeries(max_counter_series)
         self._used: dict[str, frozenset[int]] = {}
         """GPUs each traced process has run kernels on (pooling: what a window observes)."""
-        self._top: dict[int, StableTopK] = {}
-        self._gpu_totals: dict[int, list[float]] = {}
-        self._kernel_totals = LruSums(max_counter_series, len(KERNEL_COUNTERS))
-        self._rounds: dict[int, int] = {}
-        """Rounds that updated each GPU."""
-        self._member_round: dict[tuple[str, str], int] = {}
-        """(gpu, kernel label) with counter series -> the last round of its GPU it was in the top-K."""
         self._nvml_up = False
         self._nvml: tuple[NvmlSample, ...] = ()
         self._nvml_info: dict[str, GpuInfo] = {}
-        self._gpus = GpuBound(max_gpus)
+        self._bound = GpuBound(max_gpus)
         """The GPUs named by traces that have series (`seriesbound.GpuBound`)."""
         self._repeats = RepeatFilter()
 
@@ -172,22 +150,22 @@ class SnapshotBuilder:
         merged = merge_round([(p, a) for p, a in analysed if a.launch_count > 0])
         placed = self._place(sums.keys() | merged.keys(), analysed)
         # Only exported GPUs are remembered per process: what a trace names cannot grow memory.
-        self._used = {p: frozenset(g for g in gpus if g in self._gpus) for p, gpus in used.items()}
+        self._used = {p: frozenset(g for g in gpus if g in self._bound) for p, gpus in used.items()}
         for gpu in placed:
-            top = self._top.setdefault(gpu, StableTopK(self.top_kernels))
+            state = self._gpus.setdefault(gpu, GpuState(StableTopK(self.top_kernels)))
             gpu_sums = sums.get(gpu, GpuSums())
-            members, admitted = top.update({name: k.seconds for name, k in gpu_sums.kernels.items()})
+            members, admitted = state.top.update({name: k.seconds for name, k in gpu_sums.kernels.items()})
             for k in merged[gpu].kernels if gpu in merged else ():
                 if k.name in members:
                     self.namer(k.name)  # labels are given in order of GPU time (names.KernelNamer)
-            self._count(gpu, gpu_sums, members, admitted)
+            self._count(gpu, state, gpu_sums, members, admitted)
             if gpu in merged:
-                self._apply_gpu(gpu, merged[gpu], members, gpu_sums)
+                self._apply_gpu(gpu, state, merged[gpu], members, gpu_sums)
 
     def _place(self, gpus: set[int], analysed: Sequence[tuple[str, WindowAnalysis]]) -> tuple[int, ...]:
         """The round's GPUs that get series (`GpuBound`); the others are counted, and logged with the
         traced processes that named them, as `("export", "too_many_gpus")`."""
-        placed = self._gpus.admit(gpus)
+        placed = self._bound.admit(gpus)
         for gpu in placed.evicted:
             self._forget(gpu)
         dropped = len(placed.refused) + len(placed.evicted)
@@ -197,7 +175,7 @@ class SnapshotBuilder:
             named = sorted({p for p, a in analysed if any(d.device in refused for d in a.devices)
                             or any(k.device in refused for k in a.kernels)})
             limited_event(log, self._repeats, ("too_many_gpus",), "gpus_dropped", logging.WARNING,
-                          refused=len(placed.refused), evicted=len(placed.evicted), max_gpus=self._gpus.limit,
+                          refused=len(placed.refused), evicted=len(placed.evicted), max_gpus=self._bound.limit,
                           first_refused=placed.refused[0] if placed.refused else None,
                           processes=" ".join(named[:3]) + (f" +{len(named) - 3} more" if len(named) > 3 else ""),
                           reason="more distinct GPU ids than max_gpus; the GPUs left out have no series "
@@ -206,135 +184,121 @@ class SnapshotBuilder:
 
     def _forget(self, gpu: int) -> None:
         """Remove every series of `gpu`, which lost its place to a newer GPU (`GpuBound`)."""
-        label = str(gpu)
-        self._gpu_kernels.pop(gpu, None)
-        self._gpu_samples.pop(gpu, None)
-        self._trace_info.pop(gpu, None)
-        self._kernel_names.pop(gpu, None)
-        self._top.pop(gpu, None)
-        self._gpu_totals.pop(gpu, None)
-        self._folded.pop(label, None)
-        self._rounds.pop(gpu, None)
-        self._member_round = {k: v for k, v in self._member_round.items() if k[0] != label}
-        for series in (self._launches, self._artifacts, self._kernel_totals):
-            series.drop_gpu(label)
+        del self._gpus[gpu]
+        self._series.drop_gpu(str(gpu))
 
-    def _count(self, gpu: int, sums: GpuSums, members: frozenset[str], admitted: frozenset[str]) -> None:
+    def _count(self, gpu: int, state: GpuState, sums: GpuSums, members: frozenset[str],
+               admitted: frozenset[str]) -> None:
         """Add one round's sums of `gpu` to its counters (module doc: series start at 0)."""
         label = str(gpu)
-        zero = [0.0] * len(KERNEL_COUNTERS)
-        self._expire(gpu, members)
-        if gpu not in self._gpu_totals:
-            self._gpu_totals[gpu] = [0.0] * len(GPU_COUNTERS)
+        # Out of the top-K for `absent_rounds` rounds: flat series, removed (no rate or increase changes).
+        for kernel in state.expire(frozenset(self._label(name) for name in members), self.absent_rounds):
+            self._series.drop_kernel(label, kernel)
+        if state.totals is None:
+            state.count(sums)
             for name in chain(sorted(members), (OTHER,)):
-                self._kernel_totals.add((label, self._label(name)), zero)
-                self._launches.add((label, self._label(name)), 0.0)
+                self._series.start(label, self._label(name))
             return
-        totals = self._gpu_totals[gpu]
-        for i, v in enumerate((sums.observed, sums.busy, sums.resident_warps, sums.empty, sums.low_confidence)):
-            totals[i] += v
+        state.count(sums)
         by_label: dict[str, KernelSums] = {}
         for name, k in sums.kernels.items():
             label_name = self._label(name) if name in members and name not in admitted else OTHER
             by_label.setdefault(label_name, KernelSums()).merge(k)
         for name in admitted:
-            self._kernel_totals.add((label, self._label(name)), zero)
-            self._launches.add((label, self._label(name)), 0.0)
+            self._series.start(label, self._label(name))
         for name, k in by_label.items():
-            self._kernel_totals.add((label, name), (k.seconds, k.launches, *(k.x_seconds[f] for f in MEANS)))
-            self._launches.add((label, name), float(k.samples))
-            for kind, n in k.artifacts.items():
-                self._artifacts.add((label, name, kind), float(n))
-
-    def _expire(self, gpu: int, members: frozenset[str]) -> None:
-        """Remove the counter series of `gpu`'s kernels out of its top-K for `absent_rounds` rounds
-        (`seriesbound.ABSENT_ROUNDS`: they are flat, so no rate or increase changes)."""
-        label = str(gpu)
-        now = self._rounds[gpu] = self._rounds.get(gpu, 0) + 1
-        for name in members:
-            self._member_round[(label, self._label(name))] = now
-        stale = [k for k, last in self._member_round.items() if k[0] == label and now - last >= self.absent_rounds]
-        for key in stale:
-            del self._member_round[key]
-            for series in (self._launches, self._artifacts, self._kernel_totals):
-                series.drop_kernel(*key)
+            self._series.add(label, name, k)
 
     def _label(self, name: str) -> str:
         return OTHER if name == OTHER else self.namer(name)
 
-    def _apply_gpu(self, gpu: int, merged: GpuRound, members: frozenset[str], sums: GpuSums) -> None:
+    def _apply_gpu(self, gpu: int, state: GpuState, merged: GpuRound, members: frozenset[str],
+                   sums: GpuSums) -> None:
+        """The gauges of `gpu`'s last round with kernels replace the previous ones."""
         label = str(gpu)
         top, other, folded = fold(merged.kernels, members)
-        rows: list[KernelSample] = []
         entries = [(self.namer(k.name), k) for k in top]
-        self._kernel_names[gpu] = tuple((label, str(gpu), name_text(k.name)) for label, k in entries)
+        gauges: dict[md.MetricDef, list[Sample]] = defaultdict(list)
+        gauges[md.KERNEL_INFO] = [((label, name, name_text(k.name)), 1.0) for name, k in entries]
         if other is not None:
             entries.append((OTHER, other))
         for name, k in entries:
-            if not self.kernel_gauges:
-                reported = k.reported_warps_per_sm_min
-                if reported is not None and reported < 0:  # an artefact: the one gauge rates cannot give
-                    rows.append(KernelSample(gpu=label, kernel=name, reported_warps_per_sm_min=reported))
-                continue
-            rows.append(KernelSample(
-                gpu=label, kernel=name,
-                warps_per_sm=k.warps_per_sm,
-                resident_warps_per_sm=k.resident_warps_per_sm,
-                theoretical_occupancy=k.theoretical_occupancy,
-                estimated_occupancy=k.estimated_occupancy,
-                waves_per_sm=k.waves_per_sm,
-                time_share=k.time_share,
-                launch_rate=k.launch_rate,
-                reported_warps_per_sm_min=k.reported_warps_per_sm_min,
-            ))
-        self._gpu_kernels[gpu] = tuple(rows)
-        d = merged.device
-        self._gpu_samples[gpu] = GpuSample(label, d.resident_warps_per_sm, d.estimated_occupancy, d.busy_ratio,
-                                           sums.longest_ratio, d.low_confidence)
-        if d.properties is not None:
-            self._trace_info[gpu] = _info_of(label, d.properties)
-        self._folded[label] = self._folded.get(label, 0.0) + folded
+            for m, value in _kernel_gauges(k, self.kernel_gauges):
+                gauges[m].append(((label, name), value))
+        for m, value in _gpu_gauges(merged.device, sums):
+            gauges[m].append(((label,), value))
+        state.gauges = {m: tuple(samples) for m, samples in gauges.items()}
+        if (p := merged.device.properties) is not None:
+            state.info = gpu_info(label, p.name, p.compute_capability, p.num_sms, p.vendor, p.uuid)
+        state.folded = (state.folded or 0.0) + folded
 
     # -- NVML
 
     def set_nvml(self, up: bool, samples: Sequence[NvmlSample], info: Mapping[str, GpuInfo]) -> None:
+        """NVML's last reading, and its devices (`snapshot.gpu_info`) when it knows any."""
         self._nvml_up = up
         self._nvml = tuple(samples)
         if info:
-            self._nvml_info = {
-                k: replace(i, name=label_text(i.name), compute_capability=label_text(i.compute_capability),
-                           uuid=label_text(i.uuid))
-                for k, i in info.items()
-            }
+            self._nvml_info = dict(info)
 
     # -- freeze
 
     def snapshot(self) -> Snapshot:
+        """The samples of every metric now (`metricdefs.ALL`), immutable."""
+        out: dict[md.MetricDef, list[Sample]] = defaultdict(list)
+        for _, state in sorted(self._gpus.items()):
+            for m, gauges in state.gauges.items():
+                out[m].extend(gauges)
+        for m, series in self._series.samples():
+            out[m].extend(series)
+        for gpu, state in sorted(self._gpus.items()):
+            for m, total in (state.totals or {}).items():
+                out[m].append(((str(gpu),), total))
         info = dict(self._nvml_info)
-        for gpu, i in self._trace_info.items():
-            info[str(gpu)] = i  # the traced process's own view wins for its gpu index
-        return Snapshot(
-            kernels=tuple(row for gpu in sorted(self._gpu_kernels) for row in self._gpu_kernels[gpu]),
-            gpus=tuple(self._gpu_samples[g] for g in sorted(self._gpu_samples)),
-            gpu_info=tuple(info[g] for g in sorted(info, key=_gpu_sort_key)),
-            kernel_info=tuple((gpu, label, name) for g in sorted(self._kernel_names)
-                              for label, gpu, name in self._kernel_names[g]),
-            nvml_up=self._nvml_up,
-            nvml=self._nvml,
-            launches_observed=tuple((k[0], k[1], v) for k, v in self._launches.items()),
-            artifacts=tuple((k[0], k[1], k[2], v) for k, v in self._artifacts.items()),
-            windows=tuple((o, self._windows.get(o, 0.0)) for o in OUTCOMES),
-            errors=tuple((stage, reason, n) for (stage, reason), n in self._errors.items()),
-            kernels_folded=tuple(sorted(self._folded.items(), key=lambda kv: _gpu_sort_key(kv[0]))),
-            processing=self._histogram,
-            last_window_timestamp=self._last_ts,
-            capture_duty=self.capture_duty,
-            capture_period=self.capture_period,
-            capture_window=self.capture_window,
-            gpu_counters=tuple((str(g), tuple(self._gpu_totals[g])) for g in sorted(self._gpu_totals)),
-            kernel_counters=tuple((k[0], k[1], v) for k, v in self._kernel_totals.items()),
-            version=self.version,
-        )
+        info.update((str(gpu), s.info) for gpu, s in self._gpus.items() if s.info is not None)  # the trace's view wins
+        out[md.GPU_INFO] = [((i.gpu, i.name, i.compute_capability, i.sms, i.vendor, i.uuid), 1.0)
+                            for _, i in sorted(info.items(), key=lambda kv: _gpu_sort_key(kv[0]))]
+        out[md.WINDOWS] = [((o,), self._windows.get(o, 0.0)) for o in OUTCOMES]
+        out[md.ERRORS] = [((stage, reason), n) for (stage, reason), n in self._errors.items()]
+        window = self.capture_window() if self.capture_window is not None else None
+        duty = self.capture_duty() if self.capture_duty is not None else None
+        period = self.capture_period() if self.capture_period is not None else None
+        for m, setting in ((md.LAST_WINDOW_TIMESTAMP, self._last_ts), (md.CAPTURE_DUTY, duty),
+                           (md.CAPTURE_PERIOD, period), (md.CAPTURE_WINDOW, window)):
+            if setting is not None:
+                out[m].append(((), setting))
+        out[md.KERNELS_FOLDED] = [((str(gpu),), s.folded) for gpu, s in
+                                  sorted(self._gpus.items(), key=lambda kv: _gpu_sort_key(str(kv[0])))
+                                  if s.folded is not None]
+        for n in self._nvml:
+            for m, ratio in ((md.NVML_SM_OCCUPANCY, n.sm_occupancy), (md.NVML_GPU_UTILIZATION, n.utilization)):
+                if ratio is not None:
+                    out[m].append(((n.gpu,), ratio))
+        out[md.NVML_UP] = [((), 1.0 if self._nvml_up else 0.0)]
+        out[md.BUILD_INFO] = [((self.version,), 1.0)]
+        return Snapshot({m: tuple(samples) for m, samples in out.items()}, self._histogram)
+
+
+def _kernel_gauges(k: KernelStats, every: bool) -> Iterable[tuple[md.MetricDef, float]]:
+    """A kernel's last-round gauges: all of them with `every` (`--kernel-gauges`), else only a
+    negative reported minimum (an artefact: the one gauge rates of the counters cannot give)."""
+    if not every:
+        reported = k.reported_warps_per_sm_min
+        return [(md.KERNEL_REPORTED_WARPS_MIN, reported)] if reported is not None and reported < 0 else []
+    values = {md.KERNEL_WARPS_PER_SM: k.warps_per_sm, md.KERNEL_RESIDENT_WARPS_PER_SM: k.resident_warps_per_sm,
+              md.KERNEL_THEORETICAL_OCCUPANCY: k.theoretical_occupancy,
+              md.KERNEL_ESTIMATED_OCCUPANCY: k.estimated_occupancy, md.KERNEL_WAVES_PER_SM: k.waves_per_sm,
+              md.KERNEL_TIME_SHARE: k.time_share, md.KERNEL_LAUNCH_RATE: k.launch_rate,
+              md.KERNEL_REPORTED_WARPS_MIN: k.reported_warps_per_sm_min}
+    return [(m, v) for m, v in values.items() if v is not None]
+
+
+def _gpu_gauges(d: DeviceStats, sums: GpuSums) -> Iterable[tuple[md.MetricDef, float]]:
+    """A GPU's last-round gauges (those it has)."""
+    values = {md.GPU_RESIDENT_WARPS_PER_SM: d.resident_warps_per_sm, md.GPU_ESTIMATED_OCCUPANCY: d.estimated_occupancy,
+              md.GPU_BUSY: d.busy_ratio, md.GPU_LONGEST_KERNEL_RATIO: sums.longest_ratio,
+              md.GPU_LOW_CONFIDENCE: d.low_confidence}
+    return [(m, float(v)) for m, v in values.items() if v is not None]
 
 
 def _gpu_sort_key(gpu: str) -> tuple[int, str]:

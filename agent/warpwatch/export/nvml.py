@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..logs import RepeatFilter, event, limited_event
+from .snapshot import GpuInfo, NvmlSample, gpu_info
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,16 @@ class NvmlGpuReading:
 class NvmlReading:
     up: bool
     gpus: tuple[NvmlGpuReading, ...] = ()
+
+    def samples(self) -> list[NvmlSample]:
+        """The reading as the snapshot exports it, per GPU index."""
+        return [NvmlSample(str(r.index), r.sm_occupancy, r.utilization) for r in self.gpus]
+
+
+def gpu_infos(gpus: Iterable[NvmlGpu]) -> dict[str, GpuInfo]:
+    """NVML's devices as the snapshot exports them (`warpwatch_gpu_info`), by GPU index."""
+    return {str(g.index): gpu_info(str(g.index), g.name, g.compute_capability, g.sms, "nvidia", g.uuid)
+            for g in gpus}
 
 
 class _Device:

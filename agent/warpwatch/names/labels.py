@@ -48,7 +48,7 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from .demangle import demangle, mangled_prefix
-from .parse import ELLIPSIS, Style, params_length, render_qname, signature, slots, squash
+from .parse import ELLIPSIS, QName, Style, params_length, render_qname, signature, slots, squash
 
 MAX_LABEL_LENGTH = 128
 HASH_DIGITS = 8
@@ -152,32 +152,38 @@ def kernel_label(raw: str) -> str:
             break
         label = render_qname(kernel, style, 0, inner=False, params=not is_signature)
     if len(label) > room:
-        # Elide template arguments, the most deeply nested first and, among equals, the last first
-        # (the kernel's name and its leading arguments stay readable longest): the fewest that make
-        # the label fit, found by bisection, since each rendering costs the name's length (one more
-        # at a time took 27 s for a 60 KB name).
-        style = _SHORTER[-1]
-        order = [key for _depth, _order, key in sorted(slots(kernel, style), key=lambda slot: (-slot[0], -slot[1]))]
-
-        def elide(count: int) -> str:
-            return render_qname(kernel, replace(style, elided=frozenset(order[:count])), 0, inner=False,
-                                params=not is_signature)
-
-        count = min(len(order), MAX_ELISIONS)
-        if count:
-            label = elide(count)
-            low = 1
-            while low < count and len(label) <= room:  # `label` is elide(count), and it fits
-                middle = (low + count) // 2
-                shorter = elide(middle)
-                if len(shorter) <= room:
-                    count, label = middle, shorter
-                else:
-                    low = middle + 1
+        label = _elided(kernel, is_signature, room, label)
     return with_hash(label, raw)
 
 
 _SHORTER = (Style(inner_short=True), Style(inner_short=True, outer_short=True))
+
+
+def _elided(kernel: QName, is_signature: bool, room: int, label: str) -> str:
+    """`label`, the shortest rendering, with template arguments elided until it fits in `room`."""
+    # Elide template arguments, the most deeply nested first and, among equals, the last first
+    # (the kernel's name and its leading arguments stay readable longest): the fewest that make
+    # the label fit, found by bisection, since each rendering costs the name's length (one more
+    # at a time took 27 s for a 60 KB name).
+    style = _SHORTER[-1]
+    order = [key for _depth, _order, key in sorted(slots(kernel, style), key=lambda slot: (-slot[0], -slot[1]))]
+
+    def elide(count: int) -> str:
+        return render_qname(kernel, replace(style, elided=frozenset(order[:count])), 0, inner=False,
+                            params=not is_signature)
+
+    count = min(len(order), MAX_ELISIONS)
+    if count:
+        label = elide(count)
+        low = 1
+        while low < count and len(label) <= room:  # `label` is elide(count), and it fits
+            middle = (low + count) // 2
+            shorter = elide(middle)
+            if len(shorter) <= room:
+                count, label = middle, shorter
+            else:
+                low = middle + 1
+    return label
 """Lossy renderings, tried in order (module doc, 5a and 5b)."""
 
 

@@ -1,7 +1,9 @@
 """The long-running agent (`warpwatch run`): the one place that wires capture -> trace -> analysis -> export.
 
-`agent.Service` runs it, `window` turns one captured window into a result, `ticker` schedules the
-rounds, `windowplan` sizes adaptive windows, `signals` stops it cleanly.
+`agent.Service` runs it (startup, rounds, shutdown), `rounds` is what one round does, `fanout` runs
+the sources' captures side by side, `window` turns one captured window into a result, `exposition`
+renders /metrics, `health` answers /readyz and notices clock steps, `ticker` schedules the rounds,
+`windowplan` sizes adaptive windows, `signals` stops it cleanly.
 
     Service(config).run()  =  startup() -> wait for SIGTERM/SIGINT -> shutdown()
 
@@ -26,7 +28,7 @@ rounds, `windowplan` sizes adaptive windows, `signals` stops it cleanly.
   when accepted), `/healthz` (200 while the process serves), `/readyz` (200 until the first
   round is overdue and afterwards while rounds keep finishing on time; 503 with the reason
   otherwise, and while shutting down).
-- shutdown: the round in progress gets `window + 5 s` to finish, then its sources are closed
+- shutdown: the round in progress gets `window + 5 s` (`shutdown_grace_s`) to finish, then its sources are closed
   (abandoning it); the HTTP server stops; exit status 0.
 """
 

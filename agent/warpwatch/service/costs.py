@@ -8,27 +8,15 @@ from collections.abc import Sequence
 
 from ..capture import Source
 from ..logs import event
-from ..overhead import LatencySplit, OverheadLedger
+from ..overhead import OverheadLedger
 
 log = logging.getLogger("warpwatch.service")
 
 
-def _stops(src: Source) -> list[float]:
-    take = getattr(src, "take_stop_seconds", None)
-    out = take() if callable(take) else []
-    return [float(s) for s in out] if isinstance(out, list) else []
-
-
-def _served(src: Source) -> LatencySplit | None:
-    read = getattr(src, "served_latency", None)
-    out = read() if callable(read) else None
-    return out if isinstance(out, LatencySplit) else None
-
-
-def note_costs(ledger: OverheadLedger, sources: Sequence[Source], *, c_window: float) -> float | None:
+def note_costs(ledger: OverheadLedger, sources: Sequence[Source], *, window: float) -> float | None:
     """Feed this round's measures; the new period when it changed, else None."""
     for src in sources:
-        ledger.observe(src.name, _stops(src), _served(src))
+        ledger.observe(src.name, src.take_stop_seconds(), src.served_latency())
     before = ledger.period
     period = ledger.replan()
     if period is None:
@@ -37,7 +25,7 @@ def note_costs(ledger: OverheadLedger, sources: Sequence[Source], *, c_window: f
     cost = ledger.lost()
     if period > before:
         event(log, "period_stretched", logging.WARNING, period_s=round(period, 3), previous_s=round(before, 3),
-              window_s=c_window, lost_per_round_s=round(cost or 0.0, 3), budget=view.budget,
+              window_s=window, lost_per_round_s=round(cost or 0.0, 3), budget=view.budget,
               slowdown={k: round(v, 4) for k, v in view.slowdown.items()},
               reason="the measured cost to the server is above --overhead-budget")
     else:

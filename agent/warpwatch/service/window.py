@@ -24,8 +24,6 @@ from ..trace import read_trace
 
 log = logging.getLogger("warpwatch.service")
 
-RAISED = "capture raised "
-"""How the window standing for a capture() that raised begins its error."""
 _NUMBERS = re.compile(r"\d+")
 
 
@@ -65,11 +63,9 @@ def read_window(cw: CapturedWindow, how: WindowReading) -> WindowResult:
     process = process_identity(cw, None)
     if cw.path is None or cw.error is not None:
         outcome: Outcome = "timed_out" if cw.outcome == "timed_out" else "failed"
-        error = cw.error or "no trace file"
-        _log_failure(how, cw, outcome, error)
+        _log_failure(how, cw, outcome, cw.error or "no trace file")
         cw.done(True)
-        raised = error.startswith(RAISED)
-        return WindowResult(cw.source, process, outcome, fault=("capture", "raised" if raised else outcome))
+        return WindowResult(cw.source, process, outcome, fault=("capture", cw.failure_kind))
     t0 = time.perf_counter()
     try:
         with open_confined(cw.path) as opened:

@@ -122,7 +122,28 @@ def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
         raise r.fail(f"{k}.key_file", "missing (TLS needs cert_file and key_file)")
     cert_file = r.file(t["cert_file"], f"{k}.cert_file")
     key_file = r.file(t["key_file"], f"{k}.key_file")
+    auth, ca_file, ca_text, sans = _read_client_auth(r, t, k)
+    versions = _read_versions(r, t, k)
+    suites = _read_cipher_suites(r, t, k)
+    prefer = (r.boolean(t["prefer_server_cipher_suites"], f"{k}.prefer_server_cipher_suites")
+              if t.get("prefer_server_cipher_suites") is not None else True)
+    curves = r.strings(t.get("curve_preferences"), f"{k}.curve_preferences")
+    for i, c in enumerate(curves):
+        if c not in CURVES:
+            raise r.fail(f"{k}.curve_preferences[{i}]", f"unknown curve {c!r}; expected one of {', '.join(CURVES)}")
+    if len(curves) > 1:
+        raise r.fail(f"{k}.curve_preferences", "Python's ssl can set only one curve; list exactly one")
+    return TLSServerConfig(
+        cert_file=cert_file, key_file=key_file, client_auth_type=auth, client_ca_file=ca_file, client_ca=ca_text,
+        client_allowed_sans=sans, min_version=versions["min_version"], max_version=versions["max_version"],
+        cipher_suites=suites, prefer_server_cipher_suites=prefer, curve_preferences=curves,
+    )
 
+
+def _read_client_auth(
+    r: ConfigReader, t: dict[str, Any], k: str
+) -> tuple[str, Path | None, str | None, tuple[str, ...]]:
+    """client_auth_type, client_ca_file, client_ca and client_allowed_sans, checked together."""
     auth = r.string(t.get("client_auth_type") or "NoClientCert", f"{k}.client_auth_type")
     if auth in _UNSUPPORTED_CLIENT_AUTH:
         raise r.fail(f"{k}.client_auth_type",
@@ -145,7 +166,10 @@ def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
     sans = r.strings(t.get("client_allowed_sans"), f"{k}.client_allowed_sans")
     if sans and auth != "RequireAndVerifyClientCert":
         raise r.fail(f"{k}.client_allowed_sans", "needs client_auth_type RequireAndVerifyClientCert")
+    return auth, ca_file, ca_text, sans
 
+
+def _read_versions(r: ConfigReader, t: dict[str, Any], k: str) -> dict[str, str]:
     versions = {}
     for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
         v = r.string(t.get(name) or default, f"{k}.{name}")
@@ -154,7 +178,10 @@ def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
         versions[name] = v
     if TLS_VERSIONS[versions["min_version"]] > TLS_VERSIONS[versions["max_version"]]:
         raise r.fail(f"{k}.min_version", f"{versions['min_version']} is above max_version {versions['max_version']}")
+    return versions
 
+
+def _read_cipher_suites(r: ConfigReader, t: dict[str, Any], k: str) -> tuple[str, ...]:
     suites = r.strings(t.get("cipher_suites"), f"{k}.cipher_suites")
     for i, s in enumerate(suites):
         if s in _INSECURE_CIPHER_SUITES:
@@ -163,19 +190,7 @@ def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
             hint = difflib.get_close_matches(s, CIPHER_SUITES, n=1)
             raise r.fail(f"{k}.cipher_suites[{i}]", f"unknown cipher suite {s!r}"
                          + (f"; did you mean {hint[0]!r}?" if hint else "; use Go's crypto/tls names"))
-    prefer = (r.boolean(t["prefer_server_cipher_suites"], f"{k}.prefer_server_cipher_suites")
-              if t.get("prefer_server_cipher_suites") is not None else True)
-    curves = r.strings(t.get("curve_preferences"), f"{k}.curve_preferences")
-    for i, c in enumerate(curves):
-        if c not in CURVES:
-            raise r.fail(f"{k}.curve_preferences[{i}]", f"unknown curve {c!r}; expected one of {', '.join(CURVES)}")
-    if len(curves) > 1:
-        raise r.fail(f"{k}.curve_preferences", "Python's ssl can set only one curve; list exactly one")
-    return TLSServerConfig(
-        cert_file=cert_file, key_file=key_file, client_auth_type=auth, client_ca_file=ca_file, client_ca=ca_text,
-        client_allowed_sans=sans, min_version=versions["min_version"], max_version=versions["max_version"],
-        cipher_suites=suites, prefer_server_cipher_suites=prefer, curve_preferences=curves,
-    )
+    return suites
 
 
 def _read_headers(r: ConfigReader, raw: Any) -> tuple[tuple[str, str], ...]:

@@ -1,0 +1,63 @@
+"""The package's layers, read from its source: what each stage may import."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "agent" / "warpwatch"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of the modules `path` imports (relative imports resolved)."""
+    package = ["warpwatch", *path.relative_to(PACKAGE).parent.parts]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            out.add(module)
+            out.update(f"{module}.{a.name}" for a in node.names)
+    return out
+
+
+def imports_of(stage: str) -> dict[str, set[str]]:
+    return {str(p.relative_to(PACKAGE)): imported_modules(p) for p in sorted((PACKAGE / stage).rglob("*.py"))}
+
+
+def test_export_imports_nothing_from_capture() -> None:
+    offending = {f: sorted(m for m in mods if m.startswith("warpwatch.capture"))
+                 for f, mods in imports_of("export").items()}
+    assert {f: m for f, m in offending.items() if m} == {}
+
+
+def test_capture_names_no_metric() -> None:
+    offending = {f: sorted(m for m in mods if m.startswith(("warpwatch.export", "prometheus_client")))
+                 for f, mods in imports_of("capture").items()}
+    assert {f: m for f, m in offending.items() if m} == {}
+    for path in (PACKAGE / "capture").rglob("*.py"):
+        assert "_total" not in path.read_text(), path
+
+
+def test_the_source_stats_live_below_capture_and_export() -> None:
+    assert {m for m in imported_modules(PACKAGE / "sourcestats.py") if m.startswith("warpwatch")} == set()
+
+
+def test_no_getattr_probes_a_source() -> None:
+    for path in [*(PACKAGE / "service").rglob("*.py"), *(PACKAGE / "export").rglob("*.py")]:
+        tree = ast.parse(path.read_text())
+        probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                  and n.func.id in ("getattr", "hasattr") and isinstance(n.args[0], ast.Name)
+                  and n.args[0].id in ("src", "source")]
+        assert probes == [], path
+
+
+def test_no_test_touches_a_private_attribute_of_the_service_or_the_builder() -> None:
+    private = re.compile(r"\b(svc|service|builder|self\.builder)\._[a-z]\w*")
+    tests = Path(__file__).resolve().parent
+    offending = [f"{p.relative_to(tests)}:{n}" for p in sorted(tests.rglob("*.py"))
+                 for n, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
+    assert offending == []
