@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from warpwatch.capture.servedlatency import HISTOGRAMS, ServedLatency, histogram_totals
+from warpwatch.capture.servedlatency import HISTOGRAMS, ServedLatency, histogram_sums
 
 VLLM = """\
 # HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.
@@ -26,12 +26,12 @@ def exposition(count: float, total: float) -> str:
 
 
 def test_totals_add_every_label_set_of_the_newest_name_present() -> None:
-    assert histogram_totals(exposition(90, 2.5), HISTOGRAMS["vllm"]) == (3.5, 100.0)
+    assert histogram_sums(exposition(90, 2.5), HISTOGRAMS["vllm"]) == (3.5, 100.0)
     old = "vllm:time_per_output_token_seconds_sum 4.0\nvllm:time_per_output_token_seconds_count 8\n"
-    assert histogram_totals(old, HISTOGRAMS["vllm"]) == (4.0, 8.0)
+    assert histogram_sums(old, HISTOGRAMS["vllm"]) == (4.0, 8.0)
     sglang = ('sglang:inter_token_latency_seconds_sum{tp_rank="0"} 1.5\n'
               'sglang:inter_token_latency_seconds_count{tp_rank="0"} 3\n')
-    assert histogram_totals(sglang, HISTOGRAMS["sglang"]) == (1.5, 3.0)
+    assert histogram_sums(sglang, HISTOGRAMS["sglang"]) == (1.5, 3.0)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_totals_add_every_label_set_of_the_newest_name_present() -> None:
     ],
 )
 def test_no_histogram_or_a_malformed_one_gives_none(text: str) -> None:
-    assert histogram_totals(text, HISTOGRAMS["vllm"]) is None
+    assert histogram_sums(text, HISTOGRAMS["vllm"]) is None
 
 
 class Script:

@@ -30,12 +30,12 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 """Per engine, the inter-token latency histogram's names, newest first."""
 
 
-class Totals(NamedTuple):
+class Sums(NamedTuple):
     seconds: float
     tokens: float
 
 
-def histogram_totals(text: str, names: tuple[str, ...]) -> Totals | None:
+def histogram_sums(text: str, names: tuple[str, ...]) -> Sums | None:
     """The first of `names` present in an exposition: its `_sum` and `_count` added over label
     sets; None when none is there (or its values are not finite numbers)."""
     for name in names:
@@ -43,7 +43,7 @@ def histogram_totals(text: str, names: tuple[str, ...]) -> Totals | None:
         counts = _samples(text, name + "_count")
         if sums is None or counts is None:
             continue
-        total = Totals(sum(sums), sum(counts))
+        total = Sums(sum(sums), sum(counts))
         return total if all(math.isfinite(v) and v >= 0 for v in total) else None
     return None
 
@@ -79,8 +79,8 @@ class ServedLatency:
         self._split = LatencySplit()
         self._measured = False
         self._enabled = bool(names)
-        self._start: tuple[Totals, float] | None = None
-        self._last_end: Totals | None = None
+        self._start: tuple[Sums, float] | None = None
+        self._last_end: Sums | None = None
 
     def split(self) -> LatencySplit | None:
         """The cumulative split, once a window was measured on both sides; else None."""
@@ -107,13 +107,13 @@ class ServedLatency:
         self._last_end = sample
         self._measured = self._measured or s.outside_tokens > 0
 
-    def _sample(self) -> Totals | None:
+    def _sample(self) -> Sums | None:
         if not self._enabled:
             return None
         text = self._read()
         if text is None:
             return None
-        totals = histogram_totals(text, self._names)
+        totals = histogram_sums(text, self._names)
         if totals is None:
             self._enabled = False
             log.info("%s: the server's /metrics has no %s histogram: the served slowdown is not measured",
