@@ -248,3 +248,8 @@ def test_config_defaults_are_the_tables() -> None:
     for setting in SETTINGS:
         expected = default_jitter(plain.period) if setting.name == "jitter" else setting.default
         assert getattr(plain, setting.name) == expected, setting.name
+
+
+def test_the_readme_carries_the_settings_table_as_generated() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert settings_table_markdown() in readme

@@ -106,8 +106,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("period", "duration", 60.0, "time between the starts of two capture windows"),
     Setting("window", "duration", 1.0, "length of one capture window"),
     Setting("overhead_budget", "ratio", DEFAULT_OVERHEAD_BUDGET,
-            "share of the profiled server's time the agent may cost (measured slowdown x duty + stop stall / "
-            "period); above it the period is stretched (docs/overhead.md)", metavar="SHARE", default_text="1%"),
+            "share of the traced server's time the agent may cost, as measured (stop stalls, served slowdown); "
+            "above it the period is stretched (docs/overhead.md)", metavar="SHARE", default_text="1%"),
     Setting("adaptive_window", "bool", False,
             "probe with longer windows now and then, and lengthen the window when kernels comparable to it "
             "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)"),
