@@ -154,7 +154,7 @@ def bench_largest(repeats: int, path: Path = LARGEST) -> dict[str, Any]:
         # never forks decoding workers (membudget.may_fork), so this is the agent's one-process path.
         done: list[Any] = []
         worker = threading.Thread(target=lambda out=done: out.append(
-            svc.process_window(CapturedWindow(source="bench", path=path))))
+            svc.rounds.process_window(CapturedWindow(source="bench", path=path))))
         t0 = time.perf_counter()
         worker.start()
         worker.join()
