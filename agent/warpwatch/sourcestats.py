@@ -37,6 +37,8 @@ class SourceStats:
     """Replies not sent by reason (stale, send_failed, unsafe_address)."""
     evicted: dict[str, int] = field(default_factory=dict)
     """Peers dropped from the registry by reason (registry_full, undeliverable)."""
+    exits_in_window: int = 0
+    """Peers that went silent (exited) while a window they had been configured for was open."""
     skipped: dict[str, int] | None = None
     """Windows not opened on purpose, by reason (`SKIP_REASONS`); None for a source that never
     skips a window on purpose, which then exports neither this nor `files`."""

@@ -234,6 +234,8 @@ def test_a_client_killed_mid_window_times_out_and_leaves_nothing(peer: Peer) -> 
         assert window.labels == {"process": str(proc.pid)}
         assert window.error is not None and f"pid {proc.pid}: no trace file" in window.error
         assert os.listdir(peer.trace_dir) == []
+        # silent since its config (two poll intervals and a second): counted as an exit in a window
+        wait_for(lambda: src.stats().exits_in_window == 1, 15, "the exit to be counted")
     finally:
         src.close()
     assert warpwatch_threads() == []

@@ -126,6 +126,10 @@ class KinetoDaemonSource(Source):
         self._files = TraceFiles(self.trace_dir, delete_processed)
         self._window_seq = 0
         self._stop_seconds: list[float] = []
+        self._exit_watch: dict[Address, float] = {}
+        """Clients whose window ended without their trace, with when it was given up: each is counted
+        in `exits_in_window` once it is seen silent since (gone), or forgotten once it polls again."""
+        self._exits_in_window = 0
         self._socket = DaemonSocket(socket_dir, name)
         self._responder = Responder(name, self.trace_dir, self.activity_types, start_lead_s, client_ttl_s,
                                     self._socket, self._clients, self._changed)
@@ -203,9 +207,22 @@ class KinetoDaemonSource(Source):
         """Clients now, clients seen, what was dropped or evicted by reason (exported as metrics)."""
         c = self._counters
         with self._lock:
+            self._watch_exits(time.monotonic())
             return SourceStats(clients=len(self._clients), clients_seen=self._clients.seen,
+                               exits_in_window=self._exits_in_window,
                                dropped={"malformed": c.malformed}, replies_dropped=dict(c.replies_dropped),
                                evicted=dict(self._clients.evicted))
+
+    def _watch_exits(self, now: float) -> None:
+        """Count the watched clients that have gone silent since their config (exited, or hung, with
+        a window open: Kineto may crash at exit then, docs/overhead.md); forget those that polled."""
+        for key, given_up in list(self._exit_watch.items()):
+            client = self._clients.get(key)
+            if client is not None and client.last_poll > given_up:
+                del self._exit_watch[key]  # alive: its trace failed for another reason
+            elif client is None or not client.is_live(now, self.poll_interval_hint_s):
+                del self._exit_watch[key]
+                self._exits_in_window += 1
 
     def take_stop_seconds(self) -> list[float]:
         """Per client trace since the last call: seconds from its window's end until its file was
@@ -260,6 +277,7 @@ class KinetoDaemonSource(Source):
             return [self._restart(broken)]
         self._files.sweep()
         with self._lock:
+            self._watch_exits(time.monotonic())
             self._window_seq += 1
             window = Window.open(f"{int(time.time() * 1000)}-{self._window_seq}", max(1, round(window_s * 1000)),
                                  self._clients.values(), self.poll_interval_hint_s, timeout_s, time.monotonic(),
@@ -280,6 +298,9 @@ class KinetoDaemonSource(Source):
                         result = served_result(self.name, self._files, item, now - item.sent_at, limit)
                         if result is not None:
                             results[item.key] = result
+                            if result.path is None:
+                                with self._lock:
+                                    self._exit_watch[item.key] = now
                             if result.path is not None:  # the client's trace is written: its stop took this long
                                 self._stop_seconds.append(max(0.0, time.time() - item.requested[1] / 1e6))
                 if self._stop.is_set() or (not window.accepting and len(results) == len(served)):

@@ -168,6 +168,9 @@ class ClientRegistry:
         self.evicted["undeliverable"] += 1
         return client
 
+    def get(self, key: Address) -> Client | None:
+        return self._clients.get(key)
+
     def delivered(self, key: Address) -> None:
         client = self._clients.get(key)
         if client is not None:

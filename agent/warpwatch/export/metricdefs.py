@@ -243,6 +243,10 @@ DAEMON_CLIENTS_EVICTED = MetricDef(
     "warpwatch_daemon_clients_evicted", "counter",
     "Kineto clients a kineto-daemon source dropped from its registry, by reason (registry_full: to make "
     "room for a new sender; undeliverable: replies to it kept failing).", ("source", "reason"))
+DAEMON_CLIENT_EXITS = MetricDef(
+    "warpwatch_daemon_client_exits_during_window", "counter",
+    "Kineto clients of a kineto-daemon source that exited (went silent) while a window they had been "
+    "configured for was open; Kineto may crash at exit then (docs/overhead.md).", ("source",))
 SERVER_WINDOWS_SKIPPED = MetricDef(
     "warpwatch_server_windows_skipped", "counter",
     "Windows a vllm/sglang source did not open, by reason (unsafe_request: the server's version cannot be "
@@ -278,7 +282,7 @@ OVERHEAD_BUDGET = MetricDef(
 
 AGENT: tuple[MetricDef, ...] = (
     HTTP_CONNECTIONS, HTTP_REJECTED, DAEMON_CLIENTS, DAEMON_CLIENTS_SEEN, DAEMON_DATAGRAMS_DROPPED,
-    DAEMON_REPLIES_DROPPED, DAEMON_CLIENTS_EVICTED,
+    DAEMON_REPLIES_DROPPED, DAEMON_CLIENTS_EVICTED, DAEMON_CLIENT_EXITS,
     SERVER_WINDOWS_SKIPPED, SERVER_TRACE_FILES, CAPTURE_STOP, SERVED_SLOWDOWN, OVERHEAD, OVERHEAD_BUDGET,
 )
 

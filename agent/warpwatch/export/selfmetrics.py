@@ -68,14 +68,15 @@ def _peer_metrics(stats: Sequence[tuple[str, SourceStats]]) -> Iterator[Metric]:
         return
     clients, seen = _gauge(md.DAEMON_CLIENTS), _counter(md.DAEMON_CLIENTS_SEEN)
     dropped, replies = _counter(md.DAEMON_DATAGRAMS_DROPPED), _counter(md.DAEMON_REPLIES_DROPPED)
-    evicted = _counter(md.DAEMON_CLIENTS_EVICTED)
+    evicted, exits = _counter(md.DAEMON_CLIENTS_EVICTED), _counter(md.DAEMON_CLIENT_EXITS)
     for name, s in stats:
         clients.add_metric([name], s.clients or 0)
         seen.add_metric([name], s.clients_seen)
+        exits.add_metric([name], s.exits_in_window)
         for family, counts in ((dropped, s.dropped), (replies, s.replies_dropped), (evicted, s.evicted)):
             for reason, count in sorted(counts.items()):
                 family.add_metric([name, reason], count)
-    yield from (clients, seen, dropped, replies, evicted)
+    yield from (clients, seen, dropped, replies, evicted, exits)
 
 
 def _server_metrics(stats: Sequence[tuple[str, SourceStats]]) -> Iterator[Metric]:
