@@ -18,9 +18,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from support.daemonpeer import fake_client, req
-from warpwatch.capture import daemon_clients, daemon_window
 from warpwatch.capture.daemon import KinetoDaemonSource, encode_message
-from warpwatch.capture.daemon_files import TraceFiles
+from warpwatch.capture.daemon import clients as daemon_clients
+from warpwatch.capture.daemon import window as daemon_window
+from warpwatch.capture.daemon.files import TraceFiles
 from warpwatch.export import metricdefs as md
 from warpwatch.export.selfmetrics import AgentCollector
 

@@ -163,7 +163,7 @@ def test_generated_datagrams_are_counted_and_never_stop_the_daemon(peer: Peer) -
     try:
         batch()
         # A well-formed poll from an abstract address gets no answer from a filesystem socket:
-        # a real libkineto there would abort on it (daemon_wire.reply_is_safe).
+        # a real libkineto there would abort on it (daemon.wire.reply_is_safe).
         unsafe = src.stats().replies_dropped["unsafe_address"]
         senders[FS_SENDERS].sendto(req(3, [os.getpid()]), daemon)
         senders[FS_SENDERS].settimeout(0.5)

@@ -26,7 +26,7 @@ from support.daemonpeer import (
     wait_for,
 )
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.daemon_clients import MAX_CLIENTS, ClientRegistry
+from warpwatch.capture.daemon.clients import MAX_CLIENTS, ClientRegistry
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from support.daemonpeer import (
 )
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import HEADER, KinetoDaemonSource
-from warpwatch.capture.daemon_window import Served, Window
-from warpwatch.capture.daemon_wire import daemon_path, reply_is_safe
+from warpwatch.capture.daemon.window import Served, Window
+from warpwatch.capture.daemon.wire import daemon_path, reply_is_safe
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def test_a_config_taken_back_does_not_hand_its_file_name_to_another_client() -> 
         assert stem is not None
         held[key] = stem
         window.served[key] = Served(key, 1, stem, (0.0, 0.0), 0.0)
-    del window.served["/s/a"]  # daemon_serve._undeliver: a's reply was not sent
+    del window.served["/s/a"]  # daemon.serve's _undeliver: a's reply was not sent
     again = window.offer("/s/a", True, 0.1)
     assert again is not None and again != held["/s/b"]
     newcomer = window.offer("/s/c", True, 0.1)

@@ -1,4 +1,4 @@
-"""What a server's profiler records beyond kernels, seen in its trace (`capture.profilerextras`), and
+"""What a server's profiler records beyond kernels, seen in its trace (`capture.servers.profilerextras`), and
 the vllm source's one loud warning about it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from support.paths import SHARED_TRACES
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.profilerextras import SCAN_BYTES, recorded_extras
 from warpwatch.capture.servers import VllmSource
+from warpwatch.capture.servers.profilerextras import SCAN_BYTES, recorded_extras
 
 
 def write(path: Path, events: list[dict[str, object]]) -> Path:

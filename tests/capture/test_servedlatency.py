@@ -1,4 +1,4 @@
-"""Reading a server's inter-token latency histogram around windows (`capture.servedlatency`)."""
+"""Reading a server's inter-token latency histogram around windows (`capture.servers.servedlatency`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from warpwatch.capture.servedlatency import HISTOGRAMS, ServedLatency, histogram_sums
+from warpwatch.capture.servers.servedlatency import HISTOGRAMS, ServedLatency, histogram_sums
 
 VLLM = """\
 # HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.

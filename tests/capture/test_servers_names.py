@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from support.engines.threaded import Recorded, SglangStandIn
 from warpwatch.capture.registry import build_source
 from warpwatch.capture.servers import SglangSource, VllmSource
-from warpwatch.capture.sglang import _ranks, _staged, parse_version
+from warpwatch.capture.servers.sglang import _ranks, _staged, parse_version
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
 

@@ -338,7 +338,7 @@ def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() ->
 
 def test_sources_state_their_capture_overhead() -> None:
     from warpwatch.capture.daemon import KinetoDaemonSource
-    from warpwatch.capture.daemon_window import KINETO_FINISH_S
+    from warpwatch.capture.daemon.window import KINETO_FINISH_S
     from warpwatch.capture.servers import VllmSource
 
     daemon = KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", start_lead_s=3.0, poll_interval_hint_s=5.0)

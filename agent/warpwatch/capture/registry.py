@@ -114,7 +114,7 @@ def _daemon_source(spec: str, config: Config) -> Source:
 def _server_source(spec: str, prefix: str, config: Config) -> Source:
     # Implemented in warpwatch.capture.servers (the servers' own profiling endpoints).
     from .servers import DEFAULT_TOKEN_ENV, SglangSource, VllmSource
-    from .sglang import DEFAULT_NUM_STEPS
+    from .servers.sglang import DEFAULT_NUM_STEPS
 
     url, _, rest = spec[len(prefix):].partition(",")
     if not url:
@@ -126,7 +126,7 @@ def _server_source(spec: str, prefix: str, config: Config) -> Source:
     token_env = opts.get("token_env") or DEFAULT_TOKEN_ENV
     expected = _int_option(spec, opts, "expected_files")
     if prefix == "vllm:":
-        from .vllm import DEFAULT_MAX_STEPS
+        from .servers.vllm import DEFAULT_MAX_STEPS
 
         max_steps = _int_option(spec, opts, "max_steps")
         return VllmSource(url, trace_dir, name=spec, delete_processed=config.delete_processed,

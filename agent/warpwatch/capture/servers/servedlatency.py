@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
-from ..overhead import LatencySplit
+from ...overhead import LatencySplit
 
 log = logging.getLogger("warpwatch.capture.servers")
 

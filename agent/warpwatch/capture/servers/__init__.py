@@ -4,12 +4,15 @@ Both servers can start and stop `torch.profiler` in their workers on request and
 Kineto trace per worker (tensor-parallel rank) into a folder the agent must see (a shared
 volume; `trace_dir` is that folder as the agent sees it). The pieces:
 
-- `serverbase`: one window (start, wait, stop, collect), back-off, counters (`stats`);
-- `serversession`: which files in the folder belong to one of warpwatch's sessions, when they
+- `base`: one window (start, wait, stop, collect), back-off, counters (`stats`);
+- `session`: which files in the folder belong to one of warpwatch's sessions, when they
   are complete, and what happens to the ones that come after their window gave up;
-- `serverhttp`: the HTTP client (retries only for requests that never reached the server,
+- `client`: the HTTP client (retries only for requests that never reached the server,
   bearer token from the environment, no redirects, no proxy);
-- `vllm` and `sglang`: what each server's versions take and the names their files have.
+- `files` and `stops`: the session's files handed over as windows, and the stop awaited;
+- `vllm` and `sglang`: what each server's versions take and the names their files have;
+- `servedlatency`: the server's own inter-token latency, read around each window;
+- `profilerextras`: what the server's profiler records beyond kernels (stacks, memory, shapes).
 
 The versions followed, their hazards and what warpwatch does about each are in the modules'
 docstrings and in the README ("vLLM and SGLang").
@@ -17,8 +20,8 @@ docstrings and in the README ("vLLM and SGLang").
 
 from __future__ import annotations
 
-from ..sourcestats import FILE_KINDS, SKIP_REASONS
-from .serverbase import DEFAULT_TOKEN_ENV
+from ...sourcestats import FILE_KINDS, SKIP_REASONS
+from .base import DEFAULT_TOKEN_ENV
 from .sglang import SglangSource
 from .vllm import VllmSource
 

@@ -1,6 +1,6 @@
 """The trace-folder half of the vllm/sglang sources: listing the server's trace files, following a
-session's files until they are complete (`serversession.Session`), handing them over as
-windows, and what a window that gave up leaves behind (the late session, see `serversession`).
+session's files until they are complete (`session.Session`), handing them over as
+windows, and what a window that gave up leaves behind (the late session, see `session`).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from . import CapturedWindow
-from .files import TEMP_SUFFIXES
-from .folders import list_traces
-from .serversession import Session
+from .. import CapturedWindow
+from ..files import TEMP_SUFFIXES
+from ..folders import list_traces
+from .session import Session
 
 log = logging.getLogger("warpwatch.capture.servers")
 
 
 class SessionFiles:
-    """Mixed into `serverbase.ProfilingServerSource`, which sets the attributes below."""
+    """Mixed into `base.ProfilingServerSource`, which sets the attributes below."""
 
     name: str
     trace_dir: Path

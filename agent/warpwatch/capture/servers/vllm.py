@@ -29,7 +29,7 @@ replays them):
 - v0.32 (run for real in tests/capture/test_vllm_real.py, CPU build): a start while a profile runs answers
   409 (`AsyncLLM`'s session guard): someone else's profile, left alone (`profile_in_use`). Profiler
   requests wait one behind the other (`_profile_lock`): a start sent while a stop flushes begins
-  after it (`serverstops`). A CPU worker names its file `rank{r}` alone.
+  after it (`stops`). A CPU worker names its file `rank{r}` alone.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigError
-from . import CapturedWindow
+from ...errors import ConfigError
+from .. import CapturedWindow
+from .base import ProfilingServerSource
+from .client import Reply
 from .profilerextras import recorded_extras
-from .serverbase import ProfilingServerSource
-from .serverhttp import Reply
-from .serversession import Session
+from .session import Session
 
 __all__ = ["VllmSource"]
 
@@ -81,7 +81,7 @@ class VllmSource(ProfilingServerSource):
     `--profiler-config`, or `VLLM_TORCH_PROFILER_DIR` before v0.13). Labels: `{"rank": N}` from
     `{instance_id}-rank-{N}` worker names; from v0.17 names also `dp_rank`, `pp_rank`, `tp_rank`,
     `dcp_rank`, `ep_rank`; else `{"process": worker}` (`{host}_{pid}`; the time stamp is left
-    out so that the label's values stay bounded). See `serverbase` for the window and the
+    out so that the label's values stay bounded). See `base` for the window and the
     other parameters.
     """
 

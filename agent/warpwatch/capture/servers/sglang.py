@@ -41,11 +41,11 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from ..errors import ConfigError
-from . import CapturedWindow
-from .serverbase import DEFAULT_TOKEN_ENV, ProfilingServerSource
-from .serverhttp import Reply, RequestFailed, reply_error
-from .serversession import Session
+from ...errors import ConfigError
+from .. import CapturedWindow
+from .base import DEFAULT_TOKEN_ENV, ProfilingServerSource
+from .client import Reply, RequestFailed, reply_error
+from .session import Session
 
 __all__ = ["SglangSource"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import CapturedWindow
-from .daemon_clients import MAX_CLIENTS, Client
-from .daemon_files import TraceFiles
-from .daemon_wire import Address
+from .. import CapturedWindow
+from .clients import MAX_CLIENTS, Client
+from .files import TraceFiles
+from .wire import Address
 
 KINETO_FINISH_S = 2.0
 """Kineto's profiler loop ticks once a second: a trace file appears up to ~2 s after its window

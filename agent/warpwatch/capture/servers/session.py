@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import SettleTracker
+from ..files import SettleTracker
 
 MTIME_SLACK_S = 2.0
 """A session's file may be at most this much older than its start request (clock granularity)."""

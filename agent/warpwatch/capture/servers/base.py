@@ -2,18 +2,18 @@
 
 A window is:
 
-1. hand over what an earlier, given-up session has finished writing since (`serversession`);
+1. hand over what an earlier, given-up session has finished writing since (`session`);
    while such a session still has files coming, open no new window (counted
    `previous_flush_pending`): the server is still writing, and new files could not be told apart;
 2. the server-specific check that the start is safe (`_before_start`: SGLang's version);
 3. list the trace folder (the names present now are never this window's);
 4. `POST {url}/start_profile`; wait `window_s`; `POST {url}/stop_profile`;
-5. poll the folder until the session is done (`serversession.Session.done`), bounded by
+5. poll the folder until the session is done (`session.Session.done`), bounded by
    `flush_timeout_s` and by the service's `timeout_s`, whichever is shorter. What is still
    unfinished then is reported `timed_out`, and the session stays open as the late session.
 
 A start never follows a stop that has not been answered: the stop's answer is awaited in its own
-thread (`serverhttp.InFlight`, up to `late_timeout_s`) beyond the window, and while it is awaited
+thread (`client.InFlight`, up to `late_timeout_s`) beyond the window, and while it is awaited
 no window opens (counted `previous_flush_pending`). vLLM queues requests to its profiler behind a
 flush (minutes with stacks on), so a start sent then would open a session after the flush that no
 window accounts for. A start that may have reached the server without an answer is ended at once
@@ -38,17 +38,17 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..overhead import LatencySplit
-from ..sourcestats import SourceStats
-from ..units import check_seconds
-from . import CapturedWindow, Source
-from .folders import check_start_folder
+from ...errors import ConfigError
+from ...overhead import LatencySplit
+from ...sourcestats import SourceStats
+from ...units import check_seconds
+from .. import CapturedWindow, Source
+from ..folders import check_start_folder
+from .client import InFlight, Reply, RequestFailed, ServerClient, reply_error
+from .files import SessionFiles
 from .servedlatency import HISTOGRAMS, ServedLatency
-from .serverfiles import SessionFiles
-from .serverhttp import InFlight, Reply, RequestFailed, ServerClient, reply_error
-from .serversession import Session
-from .serverstops import SessionStops
+from .session import Session
+from .stops import SessionStops
 
 log = logging.getLogger("warpwatch.capture.servers")
 

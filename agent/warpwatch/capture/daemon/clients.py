@@ -16,7 +16,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from .daemon_wire import Address, printable
+from .wire import Address, printable
 
 MAX_CLIENTS = 1024
 """Clients (sender addresses) remembered at once."""

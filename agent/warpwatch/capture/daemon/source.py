@@ -1,26 +1,5 @@
-"""Zero-code attach: answer Kineto's daemon protocol in place of dynolog.
-
-A PyTorch process started with ``KINETO_USE_DAEMON=1`` registers with a local daemon at
-``import torch`` and then asks it for work every ``ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS``
-(5 s by default; settable only in the base config file named by ``KINETO_CONFIG``).
-`KinetoDaemonSource` binds the daemon's socket, keeps a registry of those clients and, when
-the service asks for a window, answers each ready client's next poll with an on-demand trace
-config. Kineto then writes the trace into ``trace_dir`` by itself; nothing in the traced
-process has to change.
-
-The protocol, and what in libkineto makes a reply harmful, is in `daemon_wire`; the registry
-of clients in `daemon_clients`; the socket in `daemon_socket`; the serving thread, which
-answers only when the answer cannot harm the client, in `daemon_serve`; a window's bookkeeping
-in `daemon_window`; trace files in `daemon_files`. This module is the `Source` over them.
-
-Paths: ``trace_dir`` is written by the *traced* process, so it must be the same path in both
-containers (a shared volume mounted at one path). Kineto from June 2026 on accepts an
-on-demand output path only under ``/tmp/`` or ``$KINETO_ONDEMAND_TRACE_DIR`` of the traced
-process and otherwise writes ``/tmp/libkineto_activities_<pid>.json`` there, where warpwatch
-cannot see it; torch 2.13's bundled Kineto does not enforce this (verified: a trace dir
-outside ``/tmp`` worked). Mount the shared volume under ``/tmp/`` (or set
-``KINETO_ONDEMAND_TRACE_DIR`` to it in the traced container) to work with both.
-"""
+"""The kineto-daemon `Source`: a registry of Kineto clients, and a window as one on-demand trace
+config sent to each ready client in reply to its next poll (the package doc says how)."""
 
 from __future__ import annotations
 
@@ -33,16 +12,17 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import CaptureError, ConfigError
-from ..sourcestats import SourceStats
-from ..units import check_seconds
-from . import CapturedWindow, Source, daemon_window
-from .daemon_clients import MAX_CLIENTS, ClientRegistry, DaemonClient
-from .daemon_files import TraceFiles
-from .daemon_serve import Responder
-from .daemon_socket import DaemonSocket
-from .daemon_window import Window, closed_result, served_result
-from .daemon_wire import (
+from ...errors import CaptureError, ConfigError
+from ...sourcestats import SourceStats
+from ...units import check_seconds
+from .. import CapturedWindow, Source
+from . import window as daemon_window
+from .clients import MAX_CLIENTS, ClientRegistry, DaemonClient
+from .files import TraceFiles
+from .serve import Responder
+from .sockets import DaemonSocket
+from .window import Window, closed_result, served_result
+from .wire import (
     ABSTRACT_ADDRESS,
     DEFAULT_ACTIVITY_TYPES,
     HEADER,
@@ -85,7 +65,7 @@ class KinetoDaemonSource(Source):
         poll_interval_hint_s: the clients' poll interval until one is observed (Kineto's
             default is 5 s); bounds how long a window waits for clients to collect configs.
         delete_processed: delete each trace file once the window is done (the agent owns them).
-        max_clients: clients remembered at once (`daemon_clients` says who makes room).
+        max_clients: clients remembered at once (`clients` says who makes room).
         name: the spec as the user wrote it, for logs and metrics.
     """
 

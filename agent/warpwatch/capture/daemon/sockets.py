@@ -22,8 +22,8 @@ import struct
 import termios
 import time
 
-from ..errors import CaptureError
-from .daemon_wire import ABSTRACT_ADDRESS, MAX_DATAGRAM, SOCKET_DIR_ENV, Address, daemon_path
+from ...errors import CaptureError
+from .wire import ABSTRACT_ADDRESS, MAX_DATAGRAM, SOCKET_DIR_ENV, Address, daemon_path
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 """Linux's value on every architecture warpwatch runs on; Python does not export it."""

@@ -35,7 +35,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 HEADER = struct.Struct("<Q32s")
 """Every datagram starts with this: payload size, NUL-padded message type."""

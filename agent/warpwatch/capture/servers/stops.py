@@ -1,11 +1,11 @@
-"""The stop half of `serverbase.ProfilingServerSource`: every `POST /stop_profile` is awaited until
-the server answers it (`serverhttp.InFlight`), and no start is sent while one is unanswered.
+"""The stop half of `base.ProfilingServerSource`: every `POST /stop_profile` is awaited until
+the server answers it (`client.InFlight`), and no start is sent while one is unanswered.
 
 vLLM serialises its profiler's requests (`AsyncLLM._profile_lock`): a start sent while a stop is
 flushing (minutes with `torch_profiler_with_stack`, vLLM's default) waits behind it and opens a
 session after it. So a stop not answered within its window stays in flight (`_stop_call`), each
 round until then opens no window (`previous_flush_pending`), and the answer ends the late
-session's wait (`serversession.Session.ended_at`).
+session's wait (`session.Session.ended_at`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import logging
 import threading
 import time
 
-from . import CapturedWindow
-from .serverhttp import InFlight, RequestFailed, ServerClient, reply_error
-from .serversession import Session
+from .. import CapturedWindow
+from .client import InFlight, RequestFailed, ServerClient, reply_error
+from .session import Session
 
 log = logging.getLogger("warpwatch.capture.servers")
 
 
 class SessionStops:
-    """Mixed into `serverbase.ProfilingServerSource`, which sets the attributes below."""
+    """Mixed into `base.ProfilingServerSource`, which sets the attributes below."""
 
     name: str
     request_timeout_s: float

@@ -1,7 +1,7 @@
 """The daemon source's serving thread: every datagram on the daemon socket is read, parsed,
-and answered only when the answer cannot harm the client (`daemon_wire`): never from an address
+and answered only when the answer cannot harm the client (`wire`): never from an address
 its libkineto would abort on, never later than it still reads replies, never blocking. Who is
-registered is `daemon_clients`'; what a window hands out is `daemon_window`'s.
+registered is `clients`'; what a window hands out is `window`'s.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CaptureError, ConfigError
-from ..logs import RepeatFilter, limited_event
-from .daemon_clients import Client, ClientRegistry
-from .daemon_socket import DaemonSocket
-from .daemon_window import Served, Window
-from .daemon_wire import (
+from ...errors import CaptureError, ConfigError
+from ...logs import RepeatFilter, limited_event
+from .clients import Client, ClientRegistry
+from .sockets import DaemonSocket
+from .window import Served, Window
+from .wire import (
     CONTEXT_REPLY,
     HEADER,
     REPLY_DEADLINE_S,
@@ -132,7 +132,7 @@ class Responder:
                               logging.ERROR, exc_info=exc, source=self.name)
 
     def _renew(self) -> bool:
-        """Bind a fresh socket (see `daemon_socket`); False when the name is lost."""
+        """Bind a fresh socket (see `sockets`); False when the name is lost."""
         self._handle_batch()  # what is queued on the old socket would be lost with it
         self.clogged = False
         try:
@@ -170,7 +170,7 @@ class Responder:
             log.debug("%s: ignored datagram from %s: %s", self.name, printable(sender), exc)
             return
         if not reply_is_safe(self._socket.own, sender):
-            # libkineto at `sender` would abort on a datagram from our address (daemon_wire).
+            # libkineto at `sender` would abort on a datagram from our address (`wire`).
             self.counters.replies_dropped["unsafe_address"] += 1
             limited_event(log, self._repeats, ("unsafe_address",), "daemon_client_unanswered", logging.WARNING,
                           source=self.name, client=printable(sender), address=self._socket.address,
@@ -185,7 +185,7 @@ class Responder:
 
     def _reply(self, reply: bytes, sender: Address, arrived: float, is_config: bool) -> None:
         # A reply the client no longer waits for would be read as the answer to its next
-        # request, and every later one too: better no answer (daemon_wire, REPLY_DEADLINE_S).
+        # request, and every later one too: better no answer (`wire`, REPLY_DEADLINE_S).
         if time.monotonic() - arrived > REPLY_DEADLINE_S:
             self.counters.replies_dropped["stale"] += 1
             limited_event(log, self._repeats, ("stale",), "daemon_reply_dropped", logging.WARNING,
