@@ -1,7 +1,7 @@
 """Fuzz the trace reader and analysis: every input must analyse or raise TraceError.
 
 Two engines (tests/trace/test_fuzz_trace.py holds a short deterministic slice of the first;
-tests/trace/test_trace_fuzzing.py runs the second for 20 s in CI):
+tests/trace/test_trace_fuzzing.py runs the second for 2,000 executions in CI):
 
     python benchmarks/fuzz_trace.py mutate --inputs 100000   # structured mutations of real traces
     python benchmarks/fuzz_trace.py atheris --seconds 3600   # coverage-guided, against an oracle
@@ -170,7 +170,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 
 
 def cmd_atheris(args: argparse.Namespace) -> int:
-    """Run libFuzzer (atheris) in a child for --seconds; print what it did and what it found."""
+    """Run libFuzzer (atheris) in a child for --seconds, or for --runs executions; print what it did
+    and what it found."""
     import subprocess
     import tempfile
 
@@ -184,12 +185,13 @@ def cmd_atheris(args: argparse.Namespace) -> int:
 
         for i, seed in enumerate(trace_oracle.seeds()):
             (corpus / f"seed-{i:03d}").write_bytes(seed)
-        flags = [f"-max_total_time={args.seconds}", f"-seed={args.seed}", f"-timeout={args.timeout}",
+        budget = f"-runs={args.runs}" if args.runs else f"-max_total_time={args.seconds}"
+        flags = [budget, f"-seed={args.seed}", f"-timeout={args.timeout}",
                  f"-rss_limit_mb={args.rss_mb}", f"-max_len={trace_oracle.MAX_INPUT}", "-print_final_stats=1",
                  f"-artifact_prefix={out}/", "-close_fd_mask=1"]
         started = time.monotonic()
         proc = subprocess.run([sys.executable, __file__, "atheris-child", *flags, str(corpus)],
-                              capture_output=True, text=True, timeout=args.seconds + 300)
+                              capture_output=True, text=True, timeout=None if args.runs else args.seconds + 300)
         elapsed = time.monotonic() - started
     log = proc.stderr
     stats = dict(re.findall(r"^stat::(\w+):\s*(\d+)", log, re.M))
@@ -243,6 +245,8 @@ def main() -> int:
     m.add_argument("--progress", action="store_true")
     a = sub.add_parser("atheris")
     a.add_argument("--seconds", type=int, default=600)
+    a.add_argument("--runs", type=int, default=0,
+                   help="stop after this many executions instead of --seconds (the same work on any machine)")
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
     a.add_argument("--rss-mb", type=int, default=2048, help="memory the fuzzing process may use")

@@ -162,17 +162,18 @@ def test_disabled_logs_once_and_backs_off(
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
 
 
-@pytest.mark.slow
 def test_backoff_doubles_and_recovers(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _vllm(standins, trace_dir, enabled=False)
     src = VllmSource(server.url, trace_dir, backoff_s=0.15, max_backoff_s=10, **FAST)
+    now = [1000.0]
+    src.backoff_clock = lambda: now[0]
     assert src.capture(0.01, 5)[0].outcome == "failed"  # next try after 0.15 s
-    time.sleep(0.2)
+    now[0] += 0.2
     assert src.capture(0.01, 5)[0].outcome == "failed"  # now 0.3 s
-    time.sleep(0.2)
+    now[0] += 0.2
     assert src.capture(0.01, 5) == []
     assert len(server.requests) == 2
-    time.sleep(0.15)
+    now[0] += 0.15
     server.enabled = True  # profiling switched on (server restarted with the flag)
     windows = src.capture(0.05, 10)
     assert len(_ok(windows)) == 2

@@ -87,8 +87,17 @@ def federate_config(shards: list[str]) -> str:
 
 def test_two_shards_and_a_federating_global_tier_answer_the_fleet_panels_like_one_prometheus(tmp_path: Path) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Targets)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        compare_tiers(tmp_path, server.server_address[1])
+    finally:  # a thread left running would keep later tests from forking (membudget.may_fork)
+        server.shutdown()
+        server.server_close()
+        serving.join()
+
+
+def compare_tiers(tmp_path: Path, port: int) -> None:
     groups = rules.prometheus_groups(SETTINGS)
     files = {}
     for name, keep in (("all", None), ("pod", {"warpwatch-pod"}), ("fleet", {"warpwatch-fleet"})):
@@ -116,7 +125,6 @@ def test_two_shards_and_a_federating_global_tier_answer_the_fleet_panels_like_on
                 # a scrape's timestamp and the moment the target computed its value differ by
                 # milliseconds: 1e-4 of a 10 s rate (measured: 1e-5)
                 assert got[key] == pytest.approx(value, rel=1e-3), (where, key)
-    server.shutdown()
 
 
 def answers(body: dict[str, object]) -> dict[tuple[tuple[str, str], ...], float]:

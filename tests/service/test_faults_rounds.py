@@ -3,7 +3,6 @@ and logged once (the traced process and files: test_faults.py)."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import socket
@@ -35,7 +34,6 @@ from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
-from warpwatch.service.ticker import Ticker
 
 # --------------------------------------------------------------------------------------------- start and stop
 
@@ -185,56 +183,6 @@ def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> N
         assert stamp is not None and abs(stamp - (time.time() - 7200)) < 60  # the stepped clock stamps windows
     finally:
         svc.shutdown()
-
-
-@pytest.mark.slow
-def test_the_ticker_ticks_every_period_and_never_bursts_after_missed_ones() -> None:
-    """The real APScheduler 3 underneath: periodic ticks, and a stalled tick coalesces the missed ones."""
-    ticks: list[float] = []
-    ticker = Ticker(lambda: ticks.append(time.monotonic()), period=0.2)
-    ticker.start()
-    time.sleep(1.1)
-    ticker.stop()
-    assert 4 <= len(ticks) <= 7
-    assert all(g > 0.1 for g in (b - a for a, b in itertools.pairwise(ticks))), ticks
-    slow: list[float] = []
-
-    def stall() -> None:
-        slow.append(time.monotonic())
-        if len(slow) == 1:
-            time.sleep(0.7)  # three periods missed
-
-    ticker = Ticker(stall, period=0.2)
-    ticker.start()
-    time.sleep(1.6)
-    ticker.stop()
-    # max_instances=1 and coalescing: no catch-up burst of the missed ticks.
-    assert len(slow) >= 3
-    assert all(b - a >= 0.1 for a, b in itertools.pairwise(slow)), slow
-
-
-def test_a_wall_clock_step_makes_the_next_tick_due_at_once() -> None:
-    """APScheduler 3 schedules on the wall clock: without the watchdog, a backward step of an hour
-    would stop rounds for an hour. The wall clock seen by the watchdog is stepped back by one."""
-    offset = [0.0]
-    ticks: list[float] = []
-    ticker = Ticker(lambda: ticks.append(time.monotonic()), period=3600.0,
-                    wall=lambda: time.time() + offset[0], watch_s=0.05)
-    ticker.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not ticks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ticks) == 1  # the first tick comes at once; the next is an hour away
-        time.sleep(0.3)
-        assert len(ticks) == 1
-        offset[0] = -3600.0
-        deadline = time.monotonic() + 5
-        while len(ticks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ticks) == 2
-    finally:
-        ticker.stop()
 
 
 def test_a_source_that_fails_every_round_is_counted_each_time_and_logged_once(

@@ -250,6 +250,8 @@ class StubSource(Source):
         self.raise_exc: Exception | None = None
         self.hang = threading.Event()
         self.hanging = False
+        self.hung = threading.Event()
+        """Set once a capture hangs."""
         self.closed = False
 
     def start(self) -> None:
@@ -259,6 +261,7 @@ class StubSource(Source):
         if self.raise_exc is not None:
             raise self.raise_exc
         if self.hanging:
+            self.hung.set()
             self.hang.wait(30)
         return self.queue.pop(0) if self.queue else []
 

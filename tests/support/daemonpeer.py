@@ -160,13 +160,20 @@ def kineto_send(sock: socket.socket, data: bytes, dest: str | bytes) -> bool:
     clogged socket by binding its name afresh); any other error gives up this poll, as libkineto
     does (it catches the error and logs it). ENOENT, a filesystem name unlinked for that moment, is
     retried as well: a real client would poll again a few seconds later, and a test should not
-    wait that long. False if nothing was sent."""
-    pause = 0.01
-    for _ in range(11):
-        try:
-            sock.sendto(data, dest)
-            return True
-        except (ConnectionRefusedError, FileNotFoundError, BlockingIOError):
-            time.sleep(pause)
-            pause *= 2
-    return False
+    wait that long. False if nothing was sent. The send never blocks, as libkineto's does not."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        pause = 0.01
+        for _ in range(11):
+            try:
+                sock.sendto(data, dest)
+                return True
+            except (ConnectionRefusedError, FileNotFoundError, BlockingIOError):
+                time.sleep(pause)
+                pause *= 2
+            except OSError:
+                return False
+        return False
+    finally:
+        sock.settimeout(timeout)

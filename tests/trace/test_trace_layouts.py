@@ -17,6 +17,7 @@ import dataclasses
 import gzip
 import json
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from support.layouts import event_per_line, is_one_line, one_line
 from support.paths import SHARED_TRACES
 from warpwatch.analysis.window import analyze
 from warpwatch.commands.analyze import analysis_to_dict
-from warpwatch.membudget import ReadLimits
+from warpwatch.membudget import ReadLimits, may_fork
 from warpwatch.model import Trace
 from warpwatch.trace import parallel, pieces, read_trace, skim
 
@@ -114,6 +115,8 @@ def test_the_other_layout_reads_the_same_in_every_field(path: Path, tmp_path: Pa
             m.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
             proven["yes"] = 0
             by_processes.clear()
+            left = threading.enumerate()
+            assert may_fork(), f"threads left running by an earlier test keep the reader from forking: {left}"
             _compare(expected, read_trace(twin, limits=ReadLimits(piece_bytes=piece, workers=2)), "two processes")
             if cut:
                 assert by_processes == [True], "the parallel reader gave the one-line twin up"

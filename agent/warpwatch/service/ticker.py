@@ -22,18 +22,21 @@ class Ticker:
     APScheduler 3 computes due times on the wall clock, so a step of it (NTP, a resumed VM) would
     stop ticks for the length of a backward step. A watchdog thread compares the wall clock with
     the monotonic clock every `watch_s` and, on a step beyond CLOCK_JUMP_S, makes the job due at
-    once: rounds go on after one early tick. `wall` is injectable for tests.
+    once: rounds go on after one early tick. `wall` (the watchdog's wall clock, seconds) and `now`
+    (the time of the first tick and of a tick made due at once) are injectable for tests.
     """
 
     JOB_ID = "round"
 
     def __init__(self, tick: Callable[[], None], period: float, jitter: float = 0.0, *,
-                 wall: Callable[[], float] = time.time, watch_s: float = 1.0) -> None:
+                 wall: Callable[[], float] = time.time, watch_s: float = 1.0,
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self._tick = tick
         self._period = period
         self._jitter = jitter
         self._wall = wall
         self._watch_s = watch_s
+        self._now = now
         self._stop = threading.Event()
         self._scheduler: Any = None
         self._watchdog: threading.Thread | None = None
@@ -51,7 +54,7 @@ class Ticker:
         scheduler.add_job(
             self._tick,
             IntervalTrigger(seconds=self._period, jitter=self._jitter or None, timezone=timezone.utc),
-            id=self.JOB_ID, name="capture window", next_run_time=datetime.now(timezone.utc),
+            id=self.JOB_ID, name="capture window", next_run_time=self._now(),
         )
         scheduler.start()
         self._scheduler = scheduler
@@ -73,7 +76,7 @@ class Ticker:
         while not self._stop.wait(self._watch_s):
             wall, mono = self._wall(), time.monotonic()
             if abs((wall - wall0) - (mono - mono0)) > CLOCK_JUMP_S and self._scheduler is not None:
-                self._scheduler.modify_job(self.JOB_ID, next_run_time=datetime.now(timezone.utc))
+                self._scheduler.modify_job(self.JOB_ID, next_run_time=self._now())
             wall0, mono0 = wall, mono
 
     def stop(self) -> None:

@@ -1,6 +1,6 @@
 """Fuzzes the compiled modules as loaded from the paths given (tests/trace/test_native_sanitizers.py builds
 them with AddressSanitizer and UBSan and runs this under them):
-`python fuzz_native.py GPUSCAN_SO WINDOWMATH_SO SECONDS SEED [GPUSCAN_NO_SIMD_SO]`.
+`python fuzz_native.py GPUSCAN_SO WINDOWMATH_SO PIECES SEED [GPUSCAN_NO_SIMD_SO]`.
 
 Edits real Kineto events (several edits per piece, cuts at random ends, tokens the scanner looks
 for; `balanced` on a random range of each), and gives the analysis loops random intervals and
@@ -14,7 +14,6 @@ import ctypes
 import importlib.util
 import random
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -30,7 +29,7 @@ def load(name: str, path: str) -> ModuleType:
     return module
 
 
-def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int, plain_so: str | None = None) -> None:
+def main(gpuscan_so: str, windowmath_so: str, count: int, seed: int, plain_so: str | None = None) -> None:
     import test_gpuscan as real  # (the real events it cuts pieces from)
 
     from warpwatch.model import KernelLaunch
@@ -43,8 +42,7 @@ def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int, plain_s
     alphabet = b'{}[]",:0123456789.-+eE \\/ntfalsruhipcatkernelTrace\x00\x1f\xff'
     tokens = [b'"cat": "kernel"', b'"cat":"Trace"', b"{", b"}", b'"\\u', b"1e308", b"[" * 80, b'"hip', b"-0"]
     pieces = answered = 0
-    stop = time.monotonic() + seconds
-    while time.monotonic() < stop:
+    while pieces < count:
         b = bytearray(rng.choice(bases))
         for _ in range(rng.randrange(1, 8)):
             at = rng.randrange(len(b) + 1)
@@ -84,4 +82,4 @@ def main(gpuscan_so: str, windowmath_so: str, seconds: float, seed: int, plain_s
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])

@@ -18,7 +18,7 @@ from pathlib import Path
 from ...errors import CaptureError, ConfigError
 from ...logs import RepeatFilter, limited_event
 from .clients import Client, ClientRegistry
-from .sockets import DaemonSocket
+from .sockets import DaemonSocket, Received
 from .window import Served, Window
 from .wire import (
     CONTEXT_REPLY,
@@ -123,20 +123,23 @@ class Responder:
                 return
             if got is None:
                 return
-            try:
-                self._handle(*got)
-            except Exception as exc:
-                # One bad datagram must never stop the daemon thread.
-                self.counters.malformed += 1
-                limited_event(log, self._repeats, ("handle", type(exc).__name__), "daemon_datagram_failed",
-                              logging.ERROR, exc_info=exc, source=self.name)
+            self._handle_safely(got)
+
+    def _handle_safely(self, got: Received) -> None:
+        try:
+            self._handle(*got)
+        except Exception as exc:
+            # One bad datagram must never stop the daemon thread.
+            self.counters.malformed += 1
+            limited_event(log, self._repeats, ("handle", type(exc).__name__), "daemon_datagram_failed",
+                          logging.ERROR, exc_info=exc, source=self.name)
 
     def _renew(self) -> bool:
-        """Bind a fresh socket (see `sockets`); False when the name is lost."""
-        self._handle_batch()  # what is queued on the old socket would be lost with it
+        """Bind a fresh socket (see `sockets`) and answer, through it, what was still queued on the
+        old one; False when the name is lost."""
         self.clogged = False
         try:
-            self._socket.renew()
+            queued = self._socket.renew()
         except CaptureError as exc:
             self.broken = str(exc)
             log.error("%s: lost the daemon socket while renewing it: %s", self.name, exc)
@@ -145,6 +148,8 @@ class Responder:
         limited_event(log, self._repeats, ("renewed",), "daemon_socket_renewed", logging.WARNING,
                       source=self.name, address=self._socket.address,
                       reason="the send buffer was full of replies that senders never read")
+        for got in queued:
+            self._handle_safely(got)
         return True
 
     def _prune(self) -> None:

@@ -7,6 +7,11 @@ the receiver reads it. Replies to senders that never read stay charged (up to th
 every later send fails with EAGAIN: nobody gets replies. Dropping those senders does not free
 the buffer; closing the socket and binding the same name afresh does (the unread replies stay
 with the old socket, which the kernel frees when their receivers close).
+
+Closing a socket discards the datagrams queued on it, so a renewal first stops the old socket
+receiving and reads what it holds; `renew` hands those datagrams back to be answered through the
+new one. Every datagram the kernel accepted is read; a sender that comes at the wrong moment is
+told so by its send (see `DaemonSocket.renew`) and polls again, as Kineto clients do.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ _TIMESPEC = struct.Struct("@qq")
 _ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 _MAX_QUEUE_AGE_S = 60.0
 """A kernel timestamp further back than this is a clock step, not a queued datagram."""
+
+Received = tuple[bytes, int, Address | None, float]
+"""A datagram as `DaemonSocket.receive` returns it: (data, flags, sender, arrival as a
+`time.monotonic()` time)."""
 
 
 class DaemonSocket:
@@ -117,22 +126,10 @@ class DaemonSocket:
         st = os.stat(path)
         self._bound_inode = (st.st_dev, st.st_ino)
 
-    def receive(self) -> tuple[bytes, int, Address | None, float] | None:
-        """One queued datagram: (data, flags, sender, arrival as a `time.monotonic()` time), or
-        None when none is queued. Raises OSError for other receive errors."""
+    def receive(self) -> Received | None:
+        """One queued datagram, or None when none is queued. Raises OSError for other receive errors."""
         assert self.sock is not None
-        try:
-            data, ancillary, flags, sender = self.sock.recvmsg(MAX_DATAGRAM, _ANCILLARY, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return None
-        now, wall = time.monotonic(), time.time()
-        queued = 0.0
-        for level, kind, value in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
-                sec, nsec = _TIMESPEC.unpack_from(value)
-                age = wall - (sec + nsec / 1e9)
-                queued = age if 0.0 <= age <= _MAX_QUEUE_AGE_S else 0.0
-        return data, flags, sender, now - queued
+        return _receive(self.sock)
 
     def send(self, data: bytes, peer: Address) -> OSError | None:
         """Send without blocking; the error instead of raising it (EAGAIN: the peer's queue or our
@@ -155,14 +152,32 @@ class DaemonSocket:
             return False
         return unread[0] * 2 >= size
 
-    def renew(self) -> None:
-        """Bind the name afresh on a new socket, releasing the send buffer the old one had used up.
-        Raises CaptureError when the name cannot be had again (the old socket is closed then)."""
+    def renew(self) -> list[Received]:
+        """Bind the name afresh on a new socket, releasing the send buffer the old one had used up;
+        returns the datagrams that were still queued on the old socket, oldest first, for the
+        caller to answer through the new one.
+
+        A filesystem name is unlinked and bound again before the old socket stops receiving: a
+        sender in between gets ENOENT; one that had already found the old socket reaches it, or
+        gets EPIPE once it stops receiving. The abstract name can only be bound again once the
+        old socket is closed: a sender in between gets EPIPE or ECONNREFUSED. Raises CaptureError
+        when the name cannot be had again (the old socket is closed then)."""
         old, self.sock = self.sock, None
-        if old is not None:
+        if old is None:
+            self.bind()
+            return []
+        try:
+            if isinstance(self.own, str):
+                self._unlink_own()
+                self.bind()
+            with contextlib.suppress(OSError):
+                old.shutdown(socket.SHUT_RD)  # sends to it fail from now on (EPIPE) instead of queueing
+            queued = _drain(old)
+        finally:
             old.close()
-        self._unlink_own()
-        self.bind()
+        if self.sock is None:
+            self.bind()
+        return queued
 
     def close(self) -> None:
         if self.sock is not None:
@@ -178,6 +193,36 @@ class DaemonSocket:
                 if (st.st_dev, st.st_ino) == self._bound_inode:
                     os.unlink(self.own)
             self._bound_inode = None
+
+
+def _receive(sock: socket.socket) -> Received | None:
+    """One datagram queued on `sock` with its arrival time from the kernel's timestamp, or None."""
+    try:
+        data, ancillary, flags, sender = sock.recvmsg(MAX_DATAGRAM, _ANCILLARY, socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return None
+    now, wall = time.monotonic(), time.time()
+    queued = 0.0
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(value)
+            age = wall - (sec + nsec / 1e9)
+            queued = age if 0.0 <= age <= _MAX_QUEUE_AGE_S else 0.0
+    return data, flags, sender, now - queued
+
+
+def _drain(sock: socket.socket) -> list[Received]:
+    """Every datagram queued on `sock`, which no longer receives new ones; a receive error ends
+    the list (what is left cannot be read)."""
+    queued: list[Received] = []
+    while True:
+        try:
+            got = _receive(sock)
+        except OSError:
+            return queued
+        if got is None:
+            return queued
+        queued.append(got)
 
 
 def _is_socket(path: str) -> bool:

@@ -123,6 +123,8 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
             retry_pause_s=self.retry_pause_s, closed=self._closed,
         )
         self._failures = 0
+        self.backoff_clock: Callable[[], float] = time.monotonic
+        """The clock the backoff after a failed window is measured on (tests set their own)."""
         self._skip_until = 0.0
         self._disabled_logged = False
         self._unhealthy = False
@@ -229,7 +231,7 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
         if not self._previous_stop_answered(out):
             return out
         # A session of ours may still run (its stop failed or went unanswered): end it first.
-        if (self._maybe_active and time.monotonic() >= self._skip_until
+        if (self._maybe_active and self.backoff_clock() >= self._skip_until
                 and (ended := self._end_leftover_session()) is not None):
             return [*out, *ended]
         if (late := self._late) is not None:
@@ -239,7 +241,7 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
                 self._skip("session_pending", "the previous step-bounded profile has not written all its "
                            "traces yet (it records when requests come)")
             return out
-        now = time.monotonic()
+        now = self.backoff_clock()
         if now < self._skip_until:
             log.debug("%s: backing off, next try in %.0f s", self.name, self._skip_until - now)
             return out
@@ -361,7 +363,7 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
     def _fail_and_back_off(self, message: str, *, disabled: bool = False) -> CapturedWindow:
         delay = min(self.max_backoff_s, self.backoff_s * (2**self._failures))
         self._failures = min(self._failures + 1, 60)
-        self._skip_until = time.monotonic() + delay
+        self._skip_until = self.backoff_clock() + delay
         self._unhealthy = True
         if disabled:
             if not self._disabled_logged:
