@@ -1,4 +1,4 @@
-"""Renewing the kineto-daemon source's socket (`daemon_socket`): a socket whose send buffer is full
+"""Renewing the kineto-daemon source's socket (`daemon.sockets`): a socket whose send buffer is full
 of unread replies is replaced by a fresh one at the same name, and no datagram the kernel accepted
 for the old one is lost in the change: each is answered through the new socket."""
 
@@ -20,7 +20,7 @@ from warpwatch.capture.daemon.sockets import DaemonSocket
 from warpwatch.capture.daemon.wire import DEFAULT_ACTIVITY_TYPES, HEADER
 
 if TYPE_CHECKING:
-    from warpwatch.capture.daemon_socket import Received
+    from warpwatch.capture.daemon.sockets import Received
 
 
 @pytest.fixture
