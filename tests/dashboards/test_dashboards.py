@@ -56,7 +56,8 @@ def series_names(m: md.MetricDef) -> set[str]:
     return {md.exposed_name(m)}
 
 
-ALLOWED_SERIES = set().union(*(series_names(m) for m in md.ALL)) | {r.record for r in recording_rules(DEFAULT_SETTINGS)}
+ALLOWED_SERIES = (set().union(*(series_names(m) for m in (*md.ALL, *md.AGENT)))
+                  | {r.record for r in recording_rules(DEFAULT_SETTINGS)})
 LAST_WINDOW_GAUGES = {
     md.exposed_name(m) for m in md.ALL
     if m.type == "gauge" and m.labels and m.labels[0] == "gpu" and not m.name.startswith("warpwatch_nvml_")
@@ -210,14 +211,14 @@ def test_template_variables() -> None:
             assert re.fullmatch(rf"label_values\(([a-z_]+:)?warpwatch_[\w:]+(\{{.*\}})?, {v['name']}\)", v["query"])
 
 
-RECORD_LABELS = {"pod_gpu": {"gpu"}, "pod_kernel": {"kernel"}, "fleet": set(), "fleet_kernel": {"kernel"}}
+RECORD_LABELS = {"pod": set(), "pod_gpu": {"gpu"}, "pod_kernel": {"kernel"}, "fleet": set(), "fleet_kernel": {"kernel"}}
 
 
 def test_panel_queries_select_by_the_dashboard_variables() -> None:
     """Every selector narrows by the board's variables: raw series and per-pod records by namespace
     and pod (and gpu, kernel where the series has them), fleet records by namespace and deployment."""
-    labels = {md.exposed_name(m): set(m.labels) for m in md.ALL}
-    labels |= {md.exposed_name(m) + "_bucket": set(m.labels) for m in md.ALL if m.type == "histogram"}
+    labels = {md.exposed_name(m): set(m.labels) for m in (*md.ALL, *md.AGENT)}
+    labels |= {md.exposed_name(m) + "_bucket": set(m.labels) for m in (*md.ALL, *md.AGENT) if m.type == "histogram"}
     labels |= {r.record: RECORD_LABELS[r.record.split(":")[0]] for r in recording_rules(DEFAULT_SETTINGS)}
     for uid, board in boards().items():
         has_kernel_var = any(v["name"] == "kernel" for v in board["templating"]["list"])
@@ -350,6 +351,7 @@ def test_agent_health_panels() -> None:
     assert titles == [
         "Last window age", "Failing windows", "NVML up", "Windows by outcome", "Faults by stage and reason",
         "Window processing time", "Capture duty cycle", "Capture window and period", "Kernels folded into other",
+        "Overhead budget used", "Cost to the server", "Capture stop stall", "Served slowdown",
     ]
     quantiles = next(p for p in boards()["warpwatch-agent-health"]["panels"] if p["title"] == "Window processing time")
     assert [t["expr"].split(",")[0] for t in quantiles["targets"]] == [

@@ -21,6 +21,7 @@ from ..model import ARTIFACT_KINDS
 from . import queries as q
 from .alerts import AlertDef, alerts
 from .rules import _annotations, render_template
+from .ruletests_overhead import overhead_recording_test, slows_serving_scenarios
 from .ruletests_recording import recording_test
 from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration, series
 
@@ -329,6 +330,7 @@ SCENARIOS: dict[str, Callable[[Settings, AlertDef], list[Scenario]]] = {
     "WarpwatchNoRecentWindow": _stale_scenarios,
     "WarpwatchWindowsFailing": _failing_scenarios,
     "WarpwatchCaptureDutyHigh": _duty_scenarios,
+    "WarpwatchSlowsServing": slows_serving_scenarios,
 }
 
 
@@ -375,4 +377,5 @@ def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
             "alert_rule_test": checks,
         })
     tests.append(recording_test(s))
+    tests.append(overhead_recording_test(s))
     return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S), "tests": tests}
