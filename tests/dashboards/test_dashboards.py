@@ -357,6 +357,17 @@ def test_agent_health_panels() -> None:
     assert [t["expr"].split(",")[0] for t in quantiles["targets"]] == [
         "histogram_quantile(0.5", "histogram_quantile(0.9", "histogram_quantile(0.99",
     ]
+    by_title = {p["title"]: p for p in boards()["warpwatch-agent-health"]["panels"]}
+    stops = [t["expr"] for t in by_title["Capture stop stall"]["targets"]]
+    assert stops and all(e.startswith("histogram_quantile(0.") and "by (namespace, pod, source, le)" in e
+                         and "warpwatch_capture_stop_seconds_bucket{" in e for e in stops)
+    assert [metric_names(t["expr"]) for t in by_title["Cost to the server"]["targets"]] == [
+        {md.exposed_name(md.OVERHEAD)}, {md.exposed_name(md.OVERHEAD_BUDGET)}]
+    assert metric_names(by_title["Served slowdown"]["targets"][0]["expr"]) == {md.exposed_name(md.SERVED_SLOWDOWN)}
+    used = by_title["Overhead budget used"]
+    assert metric_names(used["targets"][0]["expr"]) == {"pod:warpwatch_overhead_budget_used:ratio"}
+    red = used["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]
+    assert red["value"] == 1 + DEFAULT_SETTINGS.overhead_tolerance
 
 
 def test_provisioning_files() -> None:

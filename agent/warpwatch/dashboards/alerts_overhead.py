@@ -43,12 +43,13 @@ def slows_serving(s: Settings) -> AlertDef:
             ("overhead_rounds", str(s.overhead_rounds)),
             ("capture_period", s.capture_period),
         ),
-        runbook=_runbook(),
+        runbook=_runbook(s),
     )
 
 
-def _runbook() -> Runbook:
+def _runbook(s: Settings) -> Runbook:
     cap = f"{MAX_PERIOD_S / 3600:g} h"
+    tolerance = f"{s.overhead_tolerance:.0%}"
     return Runbook(
         meaning="Each round the agent estimates the server time one capture window costs: the tokens "
         "served slower inside the window (the engine's own inter-token latency inside windows against "
@@ -57,8 +58,10 @@ def _runbook() -> Runbook:
         "divided by the period, that is the share of the server's time profiling costs "
         f"(`{md.OVERHEAD.name}`). Above `--overhead-budget` the agent stretches its period (the "
         "`period_stretched` log line) up to "
-        f"{cap}. This alert says it could not keep within the budget: one window costs more than the "
-        f"budget allows even at one window per {cap}.",
+        f"{cap}; it takes a new period only when it differs from the current one by more than "
+        f"{tolerance}, so its cost may rest up to {tolerance} above the budget. Above that for "
+        f"{s.overhead_rounds} capture periods (the estimate changes once per round), the agent could not "
+        f"keep within its budget: one window costs more than the budget allows even at one window per {cap}.",
         impact="The profiled server loses more than the budgeted share of its serving time: inter-token "
         "latency rises inside every window, and while a vLLM or SGLang worker writes its trace it serves "
         "nothing (requests stall for the stop's seconds). With the period at its cap, windows come once "

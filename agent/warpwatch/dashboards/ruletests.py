@@ -19,7 +19,7 @@ from ..export import metricdefs as md
 from ..errors import ConfigError
 from ..model import ARTIFACT_KINDS
 from . import queries as q
-from .alerts import AlertDef, alerts
+from .alerts import GROUPS, AlertDef, alerts
 from .rules import _annotations, render_template
 from .ruletests_overhead import overhead_recording_test, slows_serving_scenarios
 from .ruletests_recording import recording_test
@@ -378,4 +378,8 @@ def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
         })
     tests.append(recording_test(s))
     tests.append(overhead_recording_test(s))
-    return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S), "tests": tests}
+    # Records first, then the alerts that read them: at each step an alert sees that step's records
+    # (without an order promtool picks one at random per test, and an alert may lag its record a step).
+    order = [*q.GROUPS_RECORDING, *GROUPS]
+    return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S),
+            "group_eval_order": order, "tests": tests}

@@ -53,7 +53,7 @@ def slows_serving_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     over = round(BUDGET * bound * 1.5, 9)
     inside = round(BUDGET * (1 + s.overhead_tolerance / 2), 9)
     rise = 5  # rounds at the budget before the cost rises above it
-    t = rise + hold + 1  # the alert reads the record of the previous evaluation
+    t = rise + hold
     n = t + 1
     pod, other = "llm-0", "llm-1"
     rising = gauge((BUDGET, rise), (over, n - rise))
