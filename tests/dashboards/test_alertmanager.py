@@ -30,13 +30,13 @@ import pytest
 import yaml
 
 from support.agent import free_port
-from support.promfleet import backfill_rules, create_blocks, openmetrics
 from support.prometheus import PROMETHEUS, prometheus
-from warpwatch.export import metricdefs as md
+from support.promfleet import backfill_rules, create_blocks, openmetrics
 from warpwatch.dashboards import rules
 from warpwatch.dashboards.queries import GROUPS_RECORDING
 from warpwatch.dashboards.routing import alertmanager_config
 from warpwatch.dashboards.settings import Settings
+from warpwatch.export import metricdefs as md
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
 KERNELS = 50

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from warpwatch.export import metricdefs as md
 from warpwatch.dashboards import build, check, register, render
 from warpwatch.dashboards.boards import all_queries, dashboards
 from warpwatch.dashboards.queries import rate_record, recording_rules
 from warpwatch.dashboards.settings import DASHBOARD_VARIABLE_DEFAULTS, DEFAULT_SETTINGS, Settings
 from warpwatch.errors import ConfigError
+from warpwatch.export import metricdefs as md
 from warpwatch.model import ARTIFACT_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,8 @@ def series_names(m: md.MetricDef) -> set[str]:
     return {md.exposed_name(m)}
 
 
-ALLOWED_SERIES = set().union(*(series_names(m) for m in md.ALL)) | {r.record for r in recording_rules(DEFAULT_SETTINGS)}
+ALLOWED_SERIES = (set().union(*(series_names(m) for m in (*md.ALL, *md.AGENT)))
+                  | {r.record for r in recording_rules(DEFAULT_SETTINGS)})
 LAST_WINDOW_GAUGES = {
     md.exposed_name(m) for m in md.ALL
     if m.type == "gauge" and m.labels and m.labels[0] == "gpu" and not m.name.startswith("warpwatch_nvml_")
@@ -210,14 +211,14 @@ def test_template_variables() -> None:
             assert re.fullmatch(rf"label_values\(([a-z_]+:)?warpwatch_[\w:]+(\{{.*\}})?, {v['name']}\)", v["query"])
 
 
-RECORD_LABELS = {"pod_gpu": {"gpu"}, "pod_kernel": {"kernel"}, "fleet": set(), "fleet_kernel": {"kernel"}}
+RECORD_LABELS = {"pod": set(), "pod_gpu": {"gpu"}, "pod_kernel": {"kernel"}, "fleet": set(), "fleet_kernel": {"kernel"}}
 
 
 def test_panel_queries_select_by_the_dashboard_variables() -> None:
     """Every selector narrows by the board's variables: raw series and per-pod records by namespace
     and pod (and gpu, kernel where the series has them), fleet records by namespace and deployment."""
-    labels = {md.exposed_name(m): set(m.labels) for m in md.ALL}
-    labels |= {md.exposed_name(m) + "_bucket": set(m.labels) for m in md.ALL if m.type == "histogram"}
+    labels = {md.exposed_name(m): set(m.labels) for m in (*md.ALL, *md.AGENT)}
+    labels |= {md.exposed_name(m) + "_bucket": set(m.labels) for m in (*md.ALL, *md.AGENT) if m.type == "histogram"}
     labels |= {r.record: RECORD_LABELS[r.record.split(":")[0]] for r in recording_rules(DEFAULT_SETTINGS)}
     for uid, board in boards().items():
         has_kernel_var = any(v["name"] == "kernel" for v in board["templating"]["list"])
@@ -350,11 +351,23 @@ def test_agent_health_panels() -> None:
     assert titles == [
         "Last window age", "Failing windows", "NVML up", "Windows by outcome", "Faults by stage and reason",
         "Window processing time", "Capture duty cycle", "Capture window and period", "Kernels folded into other",
+        "Overhead budget used", "Cost to the server", "Capture stop stall", "Served slowdown",
     ]
     quantiles = next(p for p in boards()["warpwatch-agent-health"]["panels"] if p["title"] == "Window processing time")
     assert [t["expr"].split(",")[0] for t in quantiles["targets"]] == [
         "histogram_quantile(0.5", "histogram_quantile(0.9", "histogram_quantile(0.99",
     ]
+    by_title = {p["title"]: p for p in boards()["warpwatch-agent-health"]["panels"]}
+    stops = [t["expr"] for t in by_title["Capture stop stall"]["targets"]]
+    assert stops and all(e.startswith("histogram_quantile(0.") and "by (namespace, pod, source, le)" in e
+                         and "warpwatch_capture_stop_seconds_bucket{" in e for e in stops)
+    assert [metric_names(t["expr"]) for t in by_title["Cost to the server"]["targets"]] == [
+        {md.exposed_name(md.OVERHEAD)}, {md.exposed_name(md.OVERHEAD_BUDGET)}]
+    assert metric_names(by_title["Served slowdown"]["targets"][0]["expr"]) == {md.exposed_name(md.SERVED_SLOWDOWN)}
+    used = by_title["Overhead budget used"]
+    assert metric_names(used["targets"][0]["expr"]) == {"pod:warpwatch_overhead_budget_used:ratio"}
+    red = used["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]
+    assert red["value"] == 1 + DEFAULT_SETTINGS.overhead_tolerance
 
 
 def test_provisioning_files() -> None:

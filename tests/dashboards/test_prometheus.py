@@ -7,22 +7,15 @@ OpenMetrics exposition is accepted by Prometheus's own parser.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from support.agent import ALEXNET, Agent, analyze_json, free_port
-from warpwatch.names.labels import KernelNamer
+from support.agent import ALEXNET, Agent, analyze_json
 from support.prometheus import PROMETHEUS, query, wait_query
 from support.prometheus import prometheus as running_prometheus
+from warpwatch.names.labels import KernelNamer
 
 
 @pytest.fixture(scope="module")

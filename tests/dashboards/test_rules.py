@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from warpwatch import config
-from warpwatch.export import metricdefs as md
+from warpwatch import config, overhead
 from warpwatch.dashboards import build, rules, ruletests
 from warpwatch.dashboards.alerts import alerts
 from warpwatch.dashboards.queries import recording_rules
@@ -25,6 +24,7 @@ from warpwatch.dashboards.settings import (
     format_duration,
 )
 from warpwatch.errors import ConfigError
+from warpwatch.export import metricdefs as md
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "dashboards" / "alerts"
@@ -204,6 +204,26 @@ def test_agent_health_alert_thresholds_follow_the_agent_config() -> None:
     assert by_name["WarpwatchCaptureDutyHigh"] == f"warpwatch_capture_duty_ratio > {config.MAX_DUTY}"
 
 
+def test_slows_serving_reads_each_agents_cost_over_its_own_budget_beyond_the_agents_tolerance() -> None:
+    """The bound is the share by which the agent lets its cost rest above the budget before it takes a
+    new period; the for-duration is the rounds at the agents' period; the record divides each pod's
+    own cost by its own budget."""
+    s = DEFAULT_SETTINGS
+    assert s.overhead_tolerance == overhead.PERIOD_CHANGE
+    rule = next(r for r in prometheus_rules() if r["alert"] == "WarpwatchSlowsServing")
+    assert rule["expr"] == f"pod:warpwatch_overhead_budget_used:ratio > {1 + overhead.PERIOD_CHANGE:g}"
+    assert duration_seconds(rule["for"]) == s.overhead_rounds * duration_seconds(s.capture_period) == 180
+    pod = {r["record"]: r["expr"] for g in load("warpwatch-rules.yaml")["groups"] if g["name"] == "warpwatch-pod"
+           for r in g["rules"]}
+    assert pod["pod:warpwatch_overhead_budget_used:ratio"] == (
+        "max by (namespace, deployment, pod) (warpwatch_overhead_ratio)\n"
+        "  / max by (namespace, deployment, pod) (warpwatch_overhead_budget_ratio)")
+    runbook = (RUNBOOKS / "slows-serving.md").read_text()
+    for remedy in ('"torch_profiler_with_stack": false', '"ignore_frontend": true',
+                   '"torch_profiler_activities": ["CUDA"]', "max_steps=", "--overhead-budget"):
+        assert remedy in runbook
+
+
 @pytest.mark.slow
 @needs_promtool
 def test_changed_thresholds_and_selector_still_fire_and_hold(tmp_path: Path) -> None:
@@ -213,11 +233,13 @@ def test_changed_thresholds_and_selector_still_fire_and_hold(tmp_path: Path) -> 
         nvml_max_difference=0.1, stale_periods=4, failing_ratio=0.3, short_max_kernel_ratio=0.4,
         fleet_labels="namespace,model", degraded_baseline_window="6h",
         max_capture_duty=0.05, artifact_window="1h", runbook_url_base="https://wiki.example/runbooks/",
+        overhead_rounds=5, overhead_tolerance=0.2,
     )
     build(tmp_path, s)
     text = (tmp_path / "alerts" / "warpwatch-rules.yaml").read_text()
     assert 'warpwatch_capture_duty_ratio{job="warpwatch"} > 0.05' in text
     assert "https://wiki.example/runbooks/windows-failing.md" in text
+    assert "pod:warpwatch_overhead_budget_used:ratio > 1.2\n    for: 5m" in text
     result = promtool("test", "rules", "warpwatch-rules.test.yaml", cwd=tmp_path / "alerts")
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.promfleet import query
 from support.prometheus import PROMETHEUS, prometheus
-from warpwatch.export import metricdefs as md
+from support.promfleet import query
 from warpwatch.dashboards import rules
 from warpwatch.dashboards.boards import all_queries
 from warpwatch.dashboards.panels import substitute_variables
 from warpwatch.dashboards.settings import Settings
+from warpwatch.export import metricdefs as md
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="needs prometheus")]
 PODS = 6

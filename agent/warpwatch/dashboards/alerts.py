@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..export import metricdefs as md
 from . import queries as q
 from .alerts_gpu import degraded_thresholds, gpu_degraded
+from .alerts_overhead import slows_serving
 from .runbook import AlertDef, Runbook, Severity
 from .settings import (
     ALERTED_ARTIFACTS,
@@ -371,5 +372,6 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 mitigation=("Shorten the window or lengthen the period.",),
             ),
         ),
+        slows_serving(s),
     )
 

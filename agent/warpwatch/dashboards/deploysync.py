@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import chartdoc
 from ..errors import WarpwatchError
+from . import chartdoc
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,7 +211,8 @@ def agent_health(s: Settings) -> DashboardDef:
             PanelDef(
                 "timeseries", "Capture window and period",
                 "The window the agent asks its sources for (it grows with --adaptive-window) and the "
-                "period between rounds.",
+                "period in force between rounds: --period, stretched while the measured cost to the server "
+                "is above --overhead-budget.",
                 SECONDS,
                 (
                     Query(a(md.CAPTURE_WINDOW), "{{pod}} window"),
@@ -233,5 +234,56 @@ def agent_health(s: Settings) -> DashboardDef:
                 ),
                 min=0,
             ),
+            *_cost_panels(s),
+        ),
+    )
+
+
+def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """What the agent costs the server it profiles (`warpwatch.overhead`), and its budget."""
+    def a(metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
+        return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
+
+    bound = 1 + s.overhead_tolerance
+    stops = tuple(
+        Query(
+            f"histogram_quantile({quantile}, sum by (namespace, pod, source, le) "
+            f"(rate({a(md.CAPTURE_STOP, suffix='_bucket')}[$__rate_interval])))",
+            f"{{{{pod}}}} {{{{source}}}} p{round(quantile * 100)}",
+        )
+        for quantile in (0.5, 0.99)
+    )
+    return (
+        PanelDef(
+            "stat", "Overhead budget used",
+            "The agent's estimated cost to the server over its --overhead-budget, now (1: at the budget). "
+            f"Red from {bound:g}: alert WarpwatchSlowsServing once it stays there {s.overhead_rounds} "
+            "capture periods.",
+            COUNT,
+            (Query(f'{q.OVERHEAD_BUDGET_USED}{{namespace=~"$namespace", pod=~"$pod"}}', "{{pod}}",
+                   instant=True),),
+            width=6, height=8, thresholds=(("green", None), ("red", bound)),
+        ),
+        PanelDef(
+            "timeseries", "Cost to the server",
+            "Estimated share of the profiled server's time the agent costs at the period in force (served "
+            "slowdown inside windows or stop stall, per period; absent until measured), beside its "
+            "--overhead-budget. Above the budget the agent stretches its period (*Capture window and period*).",
+            PERCENT,
+            (Query(a(md.OVERHEAD), "{{pod}} cost"), Query(a(md.OVERHEAD_BUDGET), "{{pod}} budget")),
+            width=6, height=8, min=0,
+        ),
+        PanelDef(
+            "timeseries", "Capture stop stall",
+            "Seconds from asking a source to end its window until it answered (the engine writing its "
+            "trace; a vLLM or SGLang worker serves nothing meanwhile), median and 99th percentile by source.",
+            SECONDS, stops, width=6, height=8, min=0,
+        ),
+        PanelDef(
+            "timeseries", "Served slowdown",
+            "Mean inter-token latency the server reported inside capture windows over the mean outside "
+            "them, minus 1, over the last rounds (vllm and sglang sources; absent until known).",
+            PERCENT, (Query(a(md.SERVED_SLOWDOWN), "{{pod}} {{source}}"),),
+            width=6, height=8,
         ),
     )

@@ -88,7 +88,8 @@ def gpu_occupancy(sel: Sel, rng: str, by: Sequence[str] = GPU) -> str:
 # output: any Prometheus shard that scrapes a pod evaluates them. Tier 2 (`GROUP_FLEET`) reads tier
 # 1's outputs only: a global Prometheus that federates (or receives) the `pod_*:` records evaluates
 # it. Every record is a sum of rates, correct under any further `sum by`; the `:ratio` records are
-# for reading only, never to sum or average.
+# for reading only, never to sum or average. One tier-1 record is a ratio of the agent's own gauges:
+# its estimated cost to the server over its budget (`OVERHEAD_BUDGET_USED`).
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,23 @@ def pod_gpu_labels(s: Settings) -> tuple[str, ...]:
     return (*s.fleet, *(x for x in ("pod", "gpu") if x not in s.fleet))
 
 
+def pod_labels(s: Settings) -> tuple[str, ...]:
+    """Labels of tier-1 per-agent records: the fleet labels, then pod."""
+    return (*s.fleet, *(x for x in ("pod",) if x not in s.fleet))
+
+
+OVERHEAD_BUDGET_USED = "pod:warpwatch_overhead_budget_used:ratio"
+"""Each agent's estimated cost to the server it profiles over its own --overhead-budget (1: at the budget)."""
+
+
+def overhead_budget_used(s: Settings) -> RecordingDef:
+    """The agent's cost over its budget, per pod (`max`: a pod scraped by two jobs counts once)."""
+    by = _labels(pod_labels(s))
+    cost, budget = series(md.OVERHEAD, s.selector), series(md.OVERHEAD_BUDGET, s.selector)
+    return RecordingDef(OVERHEAD_BUDGET_USED, f"max by ({by}) ({cost})\n  / max by ({by}) ({budget})",
+                        "the agent's estimated cost to the server over its --overhead-budget", GROUP_POD)
+
+
 def pod_kernel_labels(s: Settings) -> tuple[str, ...]:
     return (*s.fleet, *(x for x in ("pod", "kernel") if x not in s.fleet))
 
@@ -158,6 +176,7 @@ def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
                      f"rate of {md.exposed_name(m)} per pod and kernel", GROUP_POD)
         for m in KERNEL_RATES
     ]
+    out.append(overhead_budget_used(s))
     out += [
         RecordingDef(rate_record(s, m, "fleet"), f"sum by ({on}) ({rate_record(s, m, 'pod_gpu')})",
                      f"rate of {md.exposed_name(m)} summed by {on}", GROUP_FLEET)

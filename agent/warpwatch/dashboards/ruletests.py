@@ -10,47 +10,35 @@ changes the inputs and expectations with it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigError
 from ..export import metricdefs as md
 from ..model import ARTIFACT_KINDS
 from . import queries as q
-from .alerts import AlertDef, alerts
+from .alerts import GROUPS, AlertDef, alerts
 from .rules import _annotations, render_template
-from .ruletests_inputs import AGENT, SCRAPE, STEP_S, counter, gauge, input_series, ramp, selector_labels
+from .ruletests_inputs import (
+    AGENT,
+    SCRAPE,
+    STEP_S,
+    Firing,
+    Scenario,
+    counter,
+    gauge,
+    input_series,
+    minutes,
+    ramp,
+    selector_labels,
+)
+from .ruletests_overhead import overhead_recording_test, slows_serving_scenarios
 from .ruletests_recording import recording_test
 from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration
 
 
-@dataclass(frozen=True, slots=True)
-class Firing:
-    """One alert expected: the series labels it carries (without alertname/severity) and value."""
-
-    labels: Mapping[str, str]
-    value: float
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    """Input series and what the alert does at `eval_min` minutes: fire `fires`, or nothing."""
-
-    name: str
-    series: tuple[tuple[str, str], ...]
-    eval_min: int
-    fires: tuple[Firing, ...] = ()
-    silent_at: tuple[int, ...] = ()
-    """Further evaluation times (minutes) at which nothing may fire yet (the `for` period)."""
-
-
-def _minutes(duration: str) -> int:
-    return math.ceil(duration_seconds(duration) / STEP_S)
-
-
 def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
-    window, hold = _minutes(s.artifact_window), _minutes(alert.for_)
+    window, hold = minutes(s.artifact_window), minutes(alert.for_)
     t = max(window, hold) + 5
     base = {**selector_labels(s), **AGENT, **SCRAPE}
     per_min = 2
@@ -83,10 +71,10 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
     Σh·d·x growing at x times that; x drops by a factor at `drop_at`. The alert reads the recorded
     rates (both tiers run in the test); it fires per deployment and kernel, or with `per_gpu`
     (WarpwatchGpuOccupancyDegraded) per GPU."""
-    baseline_min = _minutes(s.degraded_baseline_window)
-    offset_min = _minutes(s.degraded_baseline_offset)
-    now_min = _minutes(s.degraded_window)
-    hold = _minutes(alert.for_)
+    baseline_min = minutes(s.degraded_baseline_window)
+    offset_min = minutes(s.degraded_baseline_offset)
+    now_min = minutes(s.degraded_window)
+    hold = minutes(alert.for_)
     drop_at = baseline_min
     t = drop_at + now_min + hold + 5
     if t - offset_min >= drop_at:
@@ -160,7 +148,7 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
 def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     """Two kernels whose Σh·d·estimated_occupancy grow by 30 and 18 per 60 observed seconds: the
     GPU's occupancy is 0.8 (the sum over its kernels per observed second)."""
-    t = _minutes(s.nvml_window) + _minutes(alert.for_) + 10
+    t = minutes(s.nvml_window) + minutes(alert.for_) + 10
     labels = {**selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
     fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
     ours = 0.8
@@ -179,7 +167,7 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 
 def _short_window_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
-    t = _minutes(s.short_window) + _minutes(alert.for_) + 5
+    t = minutes(s.short_window) + minutes(alert.for_) + 5
     labels = {**selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
     fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
     ratio = input_series(md.GPU_LONGEST_KERNEL_RATIO, labels)
@@ -224,7 +212,7 @@ def _stale_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 
 def _failing_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
-    t = _minutes(s.failing_window) + _minutes(alert.for_) + 5
+    t = minutes(s.failing_window) + minutes(alert.for_) + 5
     labels = {**selector_labels(s), **AGENT}
 
     def outcome(name: str, per_min: float) -> tuple[str, str]:
@@ -244,7 +232,7 @@ def _failing_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 
 def _duty_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
-    t = _minutes(alert.for_) + 5
+    t = minutes(alert.for_) + 5
     labels = {**selector_labels(s), **AGENT}
     metric = input_series(md.CAPTURE_DUTY, labels)
     high = round(s.max_capture_duty * 2, 6)
@@ -264,6 +252,7 @@ SCENARIOS: dict[str, Callable[[Settings, AlertDef], list[Scenario]]] = {
     "WarpwatchNoRecentWindow": _stale_scenarios,
     "WarpwatchWindowsFailing": _failing_scenarios,
     "WarpwatchCaptureDutyHigh": _duty_scenarios,
+    "WarpwatchSlowsServing": slows_serving_scenarios,
 }
 
 
@@ -310,4 +299,9 @@ def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
             "alert_rule_test": checks,
         })
     tests.append(recording_test(s))
-    return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S), "tests": tests}
+    tests.append(overhead_recording_test(s))
+    # Records first, then the alerts that read them: at each step an alert sees that step's records
+    # (without an order promtool picks one at random per test, and an alert may lag its record a step).
+    order = [*q.GROUPS_RECORDING, *GROUPS]
+    return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S),
+            "group_eval_order": order, "tests": tests}

@@ -1,14 +1,16 @@
-"""The input series of the promtool tests (`ruletests`, `ruletests_recording`): their step, the
-labels a scrape attaches, and promtool's notation for their values."""
+"""The input series of the promtool tests (`ruletests`, `ruletests_recording`, `ruletests_overhead`):
+their step, the labels a scrape attaches, promtool's notation for their values, and a scenario."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..export import metricdefs as md
-from .settings import Settings, series
+from .settings import Settings, duration_seconds, series
 
 STEP_S = 60
 """Input series interval and evaluation interval of the tests."""
@@ -74,3 +76,28 @@ AGENT = {"namespace": "ml", "deployment": "llm", "pod": "llm-0"}
 """What the chart's ServiceMonitor attaches to every target from the pod (namespace, pod, and
 deployment from `app.kubernetes.io/instance`), plus what any scrape attaches (job, instance)."""
 SCRAPE = {"job": "warpwatch", "instance": "10.0.0.7:9946", "container": "warpwatch"}
+
+
+@dataclass(frozen=True, slots=True)
+class Firing:
+    """One alert expected: the series labels it carries (without alertname/severity) and value."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Input series and what the alert does at `eval_min` minutes: fire `fires`, or nothing."""
+
+    name: str
+    series: tuple[tuple[str, str], ...]
+    eval_min: int
+    fires: tuple[Firing, ...] = ()
+    silent_at: tuple[int, ...] = ()
+    """Further evaluation times (minutes) at which nothing may fire yet (the `for` period)."""
+
+
+def minutes(duration: str) -> int:
+    """A duration in test steps (minutes), rounded up."""
+    return math.ceil(duration_seconds(duration) / STEP_S)

@@ -11,11 +11,12 @@ import re
 from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
-from ..export import metricdefs as md
 from ..capture import Outcome
 from ..config import MAX_DUTY
 from ..errors import ConfigError
+from ..export import metricdefs as md
 from ..model import ARTIFACT_KINDS
+from ..overhead import PERIOD_CHANGE
 
 # --------------------------------------------------------------------------------------------
 # Durations
@@ -119,6 +120,12 @@ class Settings:
     max_capture_duty: float = MAX_DUTY
     """Bound on captured time / wall time; profiling costs the workload while it runs."""
     duty_for: str = "5m"
+    overhead_rounds: int = 3
+    """Capture periods (`capture_period`) the agent's estimated cost must stay above its budget before
+    WarpwatchSlowsServing fires (`overhead_for`)."""
+    overhead_tolerance: float = PERIOD_CHANGE
+    """Share above its budget the agent's estimated cost may rest at without an alert: the agent takes a
+    new period only when it differs from the current one by more than this share."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -143,6 +150,11 @@ class Settings:
     def degraded_kernel_for(self) -> str:
         """`for` of WarpwatchKernelOccupancyDegraded: `degraded_for` + `inhibit_margin`."""
         return format_duration(duration_seconds(self.degraded_for) + duration_seconds(self.inhibit_margin))
+
+    @property
+    def overhead_for(self) -> str:
+        """`for` of WarpwatchSlowsServing: `overhead_rounds` capture periods."""
+        return format_duration(self.overhead_rounds * duration_seconds(self.capture_period))
 
     @property
     def min_interval(self) -> str:
@@ -170,6 +182,8 @@ _RANGES = (
     ("stale_periods", 1, 1000),
     ("failing_ratio", 0, 1),
     ("max_capture_duty", 0, 1),
+    ("overhead_rounds", 0, 1000),
+    ("overhead_tolerance", 0, 1),
 )
 
 DEFAULT_SETTINGS = Settings()
