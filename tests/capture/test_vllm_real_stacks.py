@@ -96,8 +96,8 @@ def test_a_slow_stop_is_answered_before_any_other_start(server: VllmServer, root
     assert {w.outcome for w in windows if w.path is None} == {"timed_out"}
     assert src.stats().skipped.get("previous_flush_pending", 0) >= 1
     assert complete(server)
-    # The stall is timed (the first stop answered after the window's 5 s flush budget), and the
-    # stacks in the trace were named once, loudly.
-    assert stops and stops[0] > 5.0, stops
+    # Every stop the source saw answered took longer than the window's 5 s flush budget (the last
+    # may still be unanswered when the loop ends), and the stacks in the trace were named once, loudly.
+    assert all(s > 5.0 for s in stops), stops
     warned = [r.getMessage() for r in caplog.records if "the server's profiler records" in r.getMessage()]
     assert len(warned) == 1 and '"torch_profiler_with_stack": false' in warned[0], warned

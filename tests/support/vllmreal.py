@@ -190,9 +190,13 @@ class StreamLoad:
     def __init__(self, server: VllmServer, streams: int = 4, tokens: int = 32, prompt: str = "the quick brown") -> None:
         self.server, self.tokens, self.prompt = server, tokens, prompt
         self.requests: list[list[tuple[float, int]]] = []
+        self.timelines: list[list[float]] = [[] for _ in range(streams)]
+        """Per stream, every chunk's arrival across its requests: a stall shows as a silence here
+        whether it held a token of a request or the first token of the next."""
         self.errors: list[str] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, name=f"load-{i}", daemon=True) for i in range(streams)]
+        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True)
+                         for i in range(streams)]
 
     def __enter__(self) -> StreamLoad:
         for t in self._threads:
@@ -204,7 +208,7 @@ class StreamLoad:
         for t in self._threads:
             t.join(120)
 
-    def _run(self) -> None:
+    def _run(self, stream: int) -> None:
         body = json.dumps({"model": str(self.server.model), "prompt": self.prompt, "max_tokens": self.tokens,
                            "ignore_eos": True, "temperature": 0.0, "seed": 0, "stream": True,
                            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
@@ -220,10 +224,16 @@ class StreamLoad:
                             usage = doc.get("usage") or {}
                             if doc.get("choices"):  # the last chunk has the usage only
                                 chunks.append((time.monotonic(), int(usage.get("completion_tokens", 0))))
+                                self.timelines[stream].append(chunks[-1][0])
             except (OSError, ValueError) as exc:
                 self.errors.append(str(exc))
                 time.sleep(0.5)
             self.requests.append(chunks)
+
+    def longest_silence(self, start: float, end: float) -> float:
+        """The longest time any stream went without a chunk, over the spans that end in [start, end]."""
+        return max((b - a for line in self.timelines for a, b in itertools.pairwise(list(line))
+                    if start <= b <= end), default=0.0)
 
     def gaps(self) -> list[tuple[float, float, int]]:
         """(arrival, seconds since the chunk before it in its stream, tokens it carried) for every
