@@ -5,7 +5,11 @@ outside the same windows, and each window's stop stall is the clients' longest s
 
 One server, stacks off and `ignore_frontend` (the API server's own profiler stalls the process that
 streams tokens, which the engine's histogram cannot see: with it on, measured here, the agent read
-2.4 where the client saw 8.1); 4 streams of 32 tokens without pause. Whole-window windows
+2.4 where the client saw 8.1); 4 streams of 200 tokens without pause, so that a stop finds every
+stream in the middle of a request and its stall is an inter-token wait on both sides (with 32-token
+requests a stall often fell between requests: a wait for a first token, which neither the engine's
+inter-token histogram nor the client's inter-token gaps count; the agent charges it as the stop's
+stall instead). Whole-window windows
 (`max_steps=0`): their stop stalls the server 10-20 s, a slowdown far above the noise. With
 step-bounded windows (the default) the spans are 1-3 s long and the client's side is dominated by
 how tokens are delivered (after a stall the API server hands out the backlog in a burst: gaps of
@@ -33,6 +37,8 @@ its engine hands it out, the client when the stream delivers it (HTTP and the cl
 jitter on 2 shared cores), and the agent's spans start and end a request to /metrics away from the
 client's."""
 WINDOWS = 3
+TOKENS = 200
+"""Per request: the model's context is 256 tokens, the prompt a few."""
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +75,7 @@ def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: Vl
     src.start()
     spans: list[tuple[float, float]] = []
     stops: list[float] = []
-    with StreamLoad(server, streams=4, tokens=32) as load:
+    with StreamLoad(server, streams=4, tokens=TOKENS) as load:
         time.sleep(4.0)  # the load is steady
         for _ in range(WINDOWS):
             t0 = time.monotonic()
