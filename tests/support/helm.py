@@ -68,6 +68,9 @@ ALL_CONFIG: dict[str, Any] = {
     "collect_timeout": "45s",
     "gpu_properties": "/etc/warpwatch/gpus/gpus.json",
     "web_config": "/etc/warpwatch/web/web-config.yml",
+    "evidence_dir": "/var/lib/warpwatch/evidence",
+    "evidence_bytes": "256MiB",
+    "evidence_files": 50,
 }
 
 
@@ -79,6 +82,7 @@ ALL_CONFIG_EXPECTED: dict[str, Any] = {
     "allow_high_duty": False,
     "trace_dir": Path("/tmp/traces"), "delete_processed": True, "retention_files": 100,
     "retention_bytes": 1024**3, "max_trace_bytes": 3 * 1024**3, "collect_timeout": 45.0,
+    "evidence_dir": Path("/var/lib/warpwatch/evidence"), "evidence_bytes": 256 * 1024**2, "evidence_files": 50,
 }
 
 
