@@ -81,3 +81,20 @@ def test_a_flood_of_anomalous_windows_stays_within_the_bounds(tmp_path: Path) ->
     assert len(kept) == 4
     assert json.loads(gzip.decompress(kept[-1].read_bytes()))["traceEvents"][1]["name"] == "k11_0"
     assert own_value(svc, md.EVIDENCE_KEPT, reason="artifact") == 12
+
+
+def test_a_kept_windows_id_rides_as_an_exemplar_on_the_per_gpu_counters_it_fed(tmp_path: Path) -> None:
+    src = StubSource()
+    doc = trace_doc([span(0, 1000), kernel("k", ts=10, dur=50, device=0), kernel("k", ts=10, dur=50, device=1)])
+    src.queue.append([CapturedWindow(source="stub:1", path=write(tmp_path / "w.json", doc))])
+    svc = service_for(src, evidence_dir=tmp_path / "ev")
+    svc.run_round()
+    (kept,) = (tmp_path / "ev").glob("*" + TRACE_SUFFIX)
+    kid = kept.name.removesuffix(TRACE_SUFFIX)
+    text = svc.render("application/openmetrics-text; version=1.0.0")[0].decode()
+    busy = md.exposed_name(md.GPU_BUSY_SECONDS)
+    for gpu in ("0", "1"):
+        (line,) = [x for x in text.splitlines() if x.startswith(f'{busy}{{gpu="{gpu}"}}')]
+        assert f' # {{evidence_id="{kid}"}} ' in line
+    assert not [x for x in text.splitlines() if "evidence_id" in x and 'kernel="' in x]
+    assert "evidence_id" not in svc.render("text/plain")[0].decode()

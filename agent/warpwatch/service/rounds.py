@@ -134,13 +134,16 @@ class Rounds:
 
     def process_window(self, cw: CapturedWindow) -> WindowResult:
         """Open (confined to its folder), read and analyse one window (`window.read_window`), offer it
-        as evidence, and only then let its source delete the trace."""
+        as evidence (a kept window's id then rides on its GPUs' counters), and only then let its source
+        delete the trace."""
         if self.evidence is None:
             return read_window(cw, self._reading())
         held: list[bool] = []
         result = read_window(dataclasses.replace(cw, on_done=held.append), self._reading())
         try:
-            self.evidence.offer(cw, result.analysis)
+            kept = self.evidence.offer(cw, result.analysis)
+            if kept is not None and result.analysis is not None:
+                self.builder.note_evidence((d.device for d in result.analysis.devices), kept.id, self.clock())
         finally:
             for processed in held:
                 cw.done(processed)
