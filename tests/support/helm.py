@@ -92,6 +92,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "native-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "native"}},
     "regular-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "regular"}},
     "declared-torch": {"kineto": {"torchVersion": "2.10.0+cu128"}},
+    "evidence-claim": {"example": {"enabled": True}, "warpwatch": {
+        "evidenceVolume": {"name": "evidence"},
+        "extraVolumes": [{"name": "evidence", "persistentVolumeClaim": {"claimName": "warpwatch-evidence"}}]}},
+    "no-evidence": {"example": {"enabled": True}, "warpwatch": {"config": {"evidence_dir": None}}},
     "no-monitoring": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                       "dashboards": {"enabled": False}},
     "all-features": {
