@@ -104,3 +104,15 @@ def test_a_slow_request_for_evidence_is_closed_and_counted(agent: tuple[Agent, P
         sock.sendall(b"GET /evidence HTTP/1.1\r\nHost: x\r\n")  # the headers never end
         assert sock.recv(1024) == b""  # closed, no answer
     assert rejected(proc, "header_timeout") == before + 1
+
+
+def test_the_list_is_bounded_by_since_and_until_in_unix_seconds(agent: tuple[Agent, Path]) -> None:
+    proc, _ = agent
+    (entry,) = kept_list(proc)
+    kept_at = float(entry["time"])  # type: ignore[arg-type]
+    for query, expected in ((f"since={kept_at - 1}&until={kept_at + 1}", [entry["id"]]),
+                            (f"since={kept_at + 1}", []), (f"until={kept_at - 1}", [])):
+        status, _, body = proc.get(f"/evidence?{query}", AUTH)
+        assert status == 200 and [m["id"] for m in json.loads(body)] == expected, query
+    status, _, _ = proc.get("/evidence?since=yesterday", AUTH)
+    assert status == 400

@@ -6,8 +6,9 @@
 - `/healthz`: 200 while the process serves;
 - `/readyz`: 200 or 503 with the reason (`Service.readiness`);
 - `/evidence`: the kept windows (`--evidence-dir`) as a JSON list, oldest first, each the JSON kept
-  beside its trace; `/evidence/ID`: that window's trace (gzip). 404 without `--evidence-dir`, for an
-  unknown id and for anything that is not an id (no path is ever built from the request);
+  beside its trace (`?since=&until=`: kept within these Unix times, 400 when they are not numbers);
+  `/evidence/ID`: that window's trace (gzip). 404 without `--evidence-dir`, for an unknown id and
+  for anything that is not an id (no path is ever built from the request);
 - `/`: a small index; anything else 404; methods other than GET and HEAD 405.
 
 With a web config, every path first needs the basic-auth credentials (`serving.auth`): 401 with
@@ -22,7 +23,7 @@ import asyncio
 import gzip
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -110,18 +111,24 @@ class Endpoints:
         if path == "/":
             return self._reply(200, INDEX, "text/html; charset=utf-8")
         if path == "/evidence" or path.startswith("/evidence/"):
-            return await self._evidence(path.removeprefix("/evidence").removeprefix("/"))
+            return await self._evidence(path.removeprefix("/evidence").removeprefix("/"), request.query)
         return self._reply(404, b"not found: try /metrics, /healthz or /readyz\n")
 
-    async def _evidence(self, kid: str) -> web.Response:
-        """The list of kept windows (`kid` empty) or one kept trace, read off the event loop."""
+    async def _evidence(self, kid: str, query: Mapping[str, str]) -> web.Response:
+        """The list of kept windows (`kid` empty; `since`/`until` in Unix seconds bound when they were
+        kept) or one kept trace, read off the event loop."""
         store = self.evidence
         if store is None:
             return self._reply(404, b"not found: no evidence is kept (start the agent with --evidence-dir)\n")
+        try:
+            since, until = (float(query.get(k, default)) for k, default in (("since", "-inf"), ("until", "inf")))
+        except ValueError:
+            return self._reply(400, b"bad request: since and until are Unix times in seconds\n")
 
         def work() -> bytes | None:
             if not kid:
-                return (json.dumps([k.meta for k in store.windows()], indent=1) + "\n").encode()
+                kept = [k.meta for k in store.windows() if since <= float(k.meta.get("time", 0.0)) <= until]
+                return (json.dumps(kept, indent=1) + "\n").encode()
             return store.read_trace(kid)
 
         body = await asyncio.get_running_loop().run_in_executor(self._pool, work)
