@@ -79,6 +79,18 @@ def test_a_trace_larger_than_the_bound_is_refused_and_leaves_no_file(tmp_path: P
     assert store.windows() == []
 
 
+def test_a_compressed_trace_larger_than_the_bound_pushes_nothing_out(tmp_path: Path) -> None:
+    store = EvidenceStore(tmp_path / "ev", 10_000, 10, clock)
+    kept = store.keep(trace(tmp_path, "small", 1_000), {})
+    big = tmp_path / "big.json.gz"
+    big.write_bytes(gzip.compress(os.urandom(20_000)))
+    with pytest.raises(EvidenceError) as err:
+        store.keep(big, {})
+    assert err.value.reason == "too_large"
+    assert [k.id for k in store.windows()] == [kept.id]
+    assert len(list((tmp_path / "ev").iterdir())) == 2
+
+
 def test_an_unwritable_folder_fails_the_keep_as_an_io_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     store = EvidenceStore(tmp_path / "file" / "ev", 1 << 20, 10, clock)

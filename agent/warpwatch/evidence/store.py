@@ -8,7 +8,8 @@ Bounds: at most `max_files` kept windows and `max_bytes` bytes (traces and JSON 
 moment: a trace being written makes room as it grows, by deleting the oldest kept windows; a trace
 that does not fit in the bound on its own is not kept (`too_large`). A failed keep (`io_error`:
 full disk, unwritable folder; `too_large`) leaves no file behind; the oldest windows it pushed out
-while it grew stay deleted.
+while it grew stay deleted (a trace the engine compressed, larger than the bound, is refused before
+it pushes anything out).
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ class EvidenceStore:
             partial = self.folder / f".{kid}.partial"
             try:
                 self.folder.mkdir(parents=True, exist_ok=True)  # an emptyDir may be new since start
+                _refuse_known_too_large(source, self.max_bytes)
                 self._make_room(0, 1)
                 size = self._copy(source, partial)
                 meta = {**meta, "id": kid, "trace_bytes": size}
@@ -191,6 +193,16 @@ class EvidenceStore:
         if incoming > self.max_bytes or files > self.max_files:
             raise EvidenceError("too_large", f"a window of more than {self.max_bytes} bytes compressed "
                                 "does not fit in --evidence-bytes")
+
+
+def _refuse_known_too_large(source: Path, max_bytes: int) -> None:
+    """A trace the engine compressed is kept as it is: one larger than the whole bound is refused
+    before it pushes anything out."""
+    with source.open("rb") as f:
+        gz = f.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+    if gz and source.stat().st_size > max_bytes:
+        raise EvidenceError("too_large", f"a trace of {source.stat().st_size} bytes does not fit in --evidence-bytes "
+                            f"({max_bytes})")
 
 
 class _Bounded:
