@@ -55,6 +55,9 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "collect_timeout": ("1h", 3600.0),
     "gpu_properties": ("__FILE__", None),
     "web_config": ("__FILE__", None),
+    "evidence_dir": ("/var/lib/ww/evidence", Path("/var/lib/ww/evidence")),
+    "evidence_bytes": ("256MiB", 256 * 1024**2),
+    "evidence_files": ("50", 50),
 }
 
 

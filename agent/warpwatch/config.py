@@ -143,6 +143,11 @@ SETTINGS: tuple[Setting, ...] = (
             "JSON file of device properties, for traces that carry none"),
     Setting("web_config", "path", None,
             "Prometheus exporter-toolkit web config file: TLS, client certificates, basic auth, response headers"),
+    Setting("evidence_dir", "path", None,
+            "folder where the traces of the windows that matter are kept, gzip-compressed, with a JSON summary "
+            "beside each, and served on /evidence (none: nothing kept; README, \"From an alert to its trace\")"),
+    Setting("evidence_bytes", "size", GiB, "bound on the bytes kept in evidence_dir; the oldest go first"),
+    Setting("evidence_files", "int", 500, "bound on the windows kept in evidence_dir; the oldest go first"),
 )
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -179,6 +184,9 @@ class Config:
     collect_timeout: float = DEFAULTS["collect_timeout"]
     gpu_properties: Path | None = DEFAULTS["gpu_properties"]
     web_config: Path | None = DEFAULTS["web_config"]
+    evidence_dir: Path | None = DEFAULTS["evidence_dir"]
+    evidence_bytes: int = DEFAULTS["evidence_bytes"]
+    evidence_files: int = DEFAULTS["evidence_files"]
 
     @property
     def duty(self) -> float:
@@ -358,8 +366,9 @@ def validate(config: Config) -> None:
     for name in ("retention_files", "retention_bytes"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name}: must not be negative (0 means no bound; got {getattr(config, name)})")
-    if config.max_trace_bytes <= 0:
-        raise ConfigError(f"max_trace_bytes: must be greater than 0 (got {config.max_trace_bytes})")
+    for name in ("max_trace_bytes", "evidence_bytes", "evidence_files"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name}: must be greater than 0 (got {getattr(config, name)})")
     if not config.address:
         raise ConfigError("address: must not be empty (0.0.0.0 listens on every interface)")
     for name in ("gpu_properties", "web_config"):

@@ -84,7 +84,8 @@ def test_sidecar_defaults_follow_the_agent() -> None:
     # Kubernetes 1.32 has native sidecars: an init container with restartPolicy Always.
     assert sidecar["restartPolicy"] == "Always" and sidecar in template["spec"]["initContainers"]
     assert env_of(sidecar) == {"WARPWATCH_SOURCE": "kineto-daemon", "WARPWATCH_TRACE_DIR": "/tmp/warpwatch",
-                               "WARPWATCH_LOG_FORMAT": "json"}
+                               "WARPWATCH_LOG_FORMAT": "json", "WARPWATCH_EVIDENCE_DIR": "/var/lib/warpwatch/evidence",
+                               "WARPWATCH_EVIDENCE_BYTES": "900MiB"}
     config = load_config(environ=env_of(sidecar))
     assert config.source == ("kineto-daemon",) and config.port == SETTINGS_BY_NAME["port"].default
 
@@ -117,6 +118,33 @@ def test_every_setting_reaches_the_agent_through_its_environment_variable(tmp_pa
     volumes = {v["name"]: v for v in template["spec"]["volumes"]}
     assert volumes["warpwatch-traces"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Mi"}
     assert {"web", "gpus"} <= set(volumes)
+
+
+def test_the_evidence_store_is_an_emptydir_larger_than_what_the_agent_keeps_by_default() -> None:
+    template = pod_templates(render("example"))[0]
+    sidecar = container(template, "warpwatch")
+    config = load_config(environ=env_of(sidecar))
+    assert mounts_of(sidecar)["warpwatch-evidence"] == str(config.evidence_dir) == "/var/lib/warpwatch/evidence"
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert volumes["warpwatch-evidence"] == {"name": "warpwatch-evidence", "emptyDir": {"sizeLimit": "1Gi"}}
+    assert config.evidence_bytes == 900 * 1024**2 < 1024**3  # the kubelet evicts a pod over its emptyDir limit
+
+
+def test_the_evidence_store_can_be_a_volume_the_user_names() -> None:
+    template = pod_templates(render("evidence-claim"))[0]
+    mounts = mounts_of(container(template, "warpwatch"))
+    assert mounts["evidence"] == "/var/lib/warpwatch/evidence" and "warpwatch-evidence" not in mounts
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    assert "warpwatch-evidence" not in volumes
+    assert volumes["evidence"]["persistentVolumeClaim"] == {"claimName": "warpwatch-evidence"}
+
+
+def test_without_an_evidence_dir_nothing_is_mounted_or_kept() -> None:
+    template = pod_templates(render("no-evidence"))[0]
+    sidecar = container(template, "warpwatch")
+    assert "WARPWATCH_EVIDENCE_DIR" not in env_of(sidecar)
+    assert "warpwatch-evidence" not in mounts_of(sidecar)
+    assert "warpwatch-evidence" not in {v["name"] for v in template["spec"]["volumes"]}
 
 
 @pytest.mark.parametrize("name", ["example", "all-features", "native-sidecar"])

@@ -68,6 +68,9 @@ ALL_CONFIG: dict[str, Any] = {
     "collect_timeout": "45s",
     "gpu_properties": "/etc/warpwatch/gpus/gpus.json",
     "web_config": "/etc/warpwatch/web/web-config.yml",
+    "evidence_dir": "/var/lib/warpwatch/evidence",
+    "evidence_bytes": "256MiB",
+    "evidence_files": 50,
 }
 
 
@@ -79,6 +82,7 @@ ALL_CONFIG_EXPECTED: dict[str, Any] = {
     "allow_high_duty": False,
     "trace_dir": Path("/tmp/traces"), "delete_processed": True, "retention_files": 100,
     "retention_bytes": 1024**3, "max_trace_bytes": 3 * 1024**3, "collect_timeout": 45.0,
+    "evidence_dir": Path("/var/lib/warpwatch/evidence"), "evidence_bytes": 256 * 1024**2, "evidence_files": 50,
 }
 
 
@@ -88,6 +92,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "native-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "native"}},
     "regular-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "regular"}},
     "declared-torch": {"kineto": {"torchVersion": "2.10.0+cu128"}},
+    "evidence-claim": {"example": {"enabled": True}, "warpwatch": {
+        "evidenceVolume": {"name": "evidence"},
+        "extraVolumes": [{"name": "evidence", "persistentVolumeClaim": {"claimName": "warpwatch-evidence"}}]}},
+    "no-evidence": {"example": {"enabled": True}, "warpwatch": {"config": {"evidence_dir": None}}},
     "no-monitoring": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                       "dashboards": {"enabled": False}},
     "all-features": {

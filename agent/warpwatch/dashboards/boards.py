@@ -151,6 +151,16 @@ def _overview(s: Settings) -> DashboardDef:
     )
 
 
+def evidence_link(s: Settings) -> tuple[str, str]:
+    """The data link from a kernel's series to the traces its pod's agent kept over the board's range."""
+    url = s.evidence_link("${__field.labels.namespace}", "${__field.labels.pod}")
+    return ("Traces kept by this pod's agent in this range", url + EVIDENCE_RANGE)
+
+
+EVIDENCE_RANGE = "?since=${__from:date:seconds}&until=${__to:date:seconds}"
+"""The board's time range as `/evidence` filters (Unix seconds)."""
+
+
 def _kernels(s: Settings) -> DashboardDef:
     k = _sel(s, "kernel")
 
@@ -204,7 +214,7 @@ def _kernels(s: Settings) -> DashboardDef:
                     Query(mean("estimated_occupancy"), KERNEL_LEGEND + " estimated"),
                     Query(mean("theoretical_occupancy"), KERNEL_LEGEND + " theoretical"),
                 ),
-                min=0, max=1,
+                min=0, max=1, links=(evidence_link(s),),
             ),
             PanelDef(
                 "timeseries", "Resident warps per SM",

@@ -52,6 +52,8 @@ def _field_defaults(panel: PanelDef) -> dict[str, Any]:
             {"type": "value", "options": {value: {"text": text, "color": color, "index": i}}}
             for i, (value, text, color) in enumerate(panel.mappings)
         ]
+    if panel.links:
+        defaults["links"] = [{"title": title, "url": url, "targetBlank": True} for title, url in panel.links]
     return {"fieldConfig": {"defaults": defaults}}
 
 

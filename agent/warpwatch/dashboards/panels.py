@@ -58,6 +58,8 @@ class PanelDef:
     """Text panels: Markdown."""
     mappings: tuple[tuple[str, str, str], ...] = ()
     """Value mappings (value, text, colour)."""
+    links: tuple[tuple[str, str], ...] = ()
+    """Data links (title, URL) on every field of the panel."""
 
 
 def table_panel(title: str, description: str, cells: Sequence[tuple[str, str | None, str]], *, height: int,

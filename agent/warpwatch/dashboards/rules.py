@@ -94,11 +94,19 @@ def grafana_template(template: str) -> str:
 
 
 def _annotations(alert: AlertDef, s: Settings) -> dict[str, str]:
-    return {
+    """summary, description, runbook_url; and for an alert about one pod (its text names
+    `$labels.pod`), `evidence_url`: where that pod's agent lists the traces it kept."""
+    out = {
         "summary": alert.summary,
         "description": alert.description,
         "runbook_url": alert.runbook_url(s),
     }
+    if POD_LABEL in alert.summary + alert.description:
+        out["evidence_url"] = s.evidence_link("{{ $labels.namespace }}", POD_LABEL)
+    return out
+
+
+POD_LABEL = "{{ $labels.pod }}"
 
 
 def prometheus_groups(s: Settings) -> list[dict[str, Any]]:

@@ -63,6 +63,10 @@ class Settings:
     """Extra label matchers put into every query, e.g. `job="warpwatch"`; empty: none."""
     runbook_url_base: str = "https://github.com/warpwatch/warpwatch/blob/main/dashboards/runbooks/"
     prometheus_url: str = "http://prometheus:9090"
+    evidence_url: str = "http://localhost:8001/api/v1/namespaces/{namespace}/pods/{pod}:9946/proxy/evidence"
+    """Where a pod's kept traces are listed (the agent's `/evidence`), `{namespace}` and `{pod}` replaced by
+    the pod's: the pod-alerts' `evidence_url` annotation and the Kernels board's data link. The default
+    goes through `kubectl proxy` (port 8001) to the agent's default port."""
     datasource_uid: str = "warpwatch-prometheus"
     datasource_name: str = "Prometheus (warpwatch)"
     folder_uid: str = "warpwatch"
@@ -145,6 +149,10 @@ class Settings:
         for label in self.fleet:
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label):
                 raise ConfigError(f"setting fleet_labels={self.fleet_labels!r}: {label!r} is not a label name")
+
+    def evidence_link(self, namespace: str, pod: str) -> str:
+        """`evidence_url` for one pod (`namespace` and `pod` may be templates that name them)."""
+        return self.evidence_url.replace("{namespace}", namespace).replace("{pod}", pod)
 
     @property
     def degraded_kernel_for(self) -> str:

@@ -123,8 +123,16 @@ class SnapshotBuilder:
         self._bound = GpuBound(max_gpus)
         """The GPUs named by traces that have series (`seriesbound.GpuBound`)."""
         self._repeats = RepeatFilter()
+        self._evidence: dict[int, tuple[str, float]] = {}
+        """Per GPU, the id of the last kept window that fed its counters and when it was kept: exemplars."""
 
     # -- counters of every window
+
+    def note_evidence(self, gpus: Iterable[int], evidence_id: str, now: float) -> None:
+        """A window kept as evidence (`--evidence-dir`) fed these GPUs' counters: its id rides on them,
+        as an OpenMetrics exemplar, until a later kept window replaces it."""
+        for gpu in gpus:
+            self._evidence[gpu] = (evidence_id, now)
 
     def record(self, result: WindowResult, now: float) -> None:
         """Count one finished window (any outcome)."""
@@ -185,6 +193,7 @@ class SnapshotBuilder:
     def _forget(self, gpu: int) -> None:
         """Remove every series of `gpu`, which lost its place to a newer GPU (`GpuBound`)."""
         del self._gpus[gpu]
+        self._evidence.pop(gpu, None)
         self._series.drop_gpu(str(gpu))
 
     def _count(self, gpu: int, state: GpuState, sums: GpuSums, members: frozenset[str],
@@ -276,7 +285,8 @@ class SnapshotBuilder:
                     out[m].append(((n.gpu,), ratio))
         out[md.NVML_UP] = [((), 1.0 if self._nvml_up else 0.0)]
         out[md.BUILD_INFO] = [((self.version,), 1.0)]
-        return Snapshot({m: tuple(samples) for m, samples in out.items()}, self._histogram)
+        evidence = {str(gpu): kept for gpu, kept in self._evidence.items() if gpu in self._gpus}
+        return Snapshot({m: tuple(samples) for m, samples in out.items()}, self._histogram, evidence)
 
 
 def _kernel_gauges(k: KernelStats, every: bool) -> Iterable[tuple[md.MetricDef, float]]:

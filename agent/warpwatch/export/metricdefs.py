@@ -221,7 +221,7 @@ HTTP_REJECTED = MetricDef(
     "warpwatch_http_rejected", "counter",
     "Connections and requests the metrics port refused or closed early, by reason (too_many_connections, "
     "evicted, header_timeout, headers_too_large, auth_busy, slow_reader, client_gone, tls_failed, "
-    "accept_failed, bad_request).",
+    "accept_failed, bad_request, not_found).",
     ("reason",))
 DAEMON_CLIENTS = MetricDef(
     "warpwatch_daemon_clients", "gauge",
@@ -280,10 +280,27 @@ OVERHEAD_BUDGET = MetricDef(
     "The share of the server's time the agent may cost (--overhead-budget); above it the period is "
     "stretched.")
 
+# -- The evidence store (--evidence-dir; README, "From an alert to its trace")
+EVIDENCE_KEPT = MetricDef(
+    "warpwatch_evidence_kept", "counter",
+    "Windows whose trace was kept in --evidence-dir, by reason (artifact, degraded, low_confidence, "
+    "baseline).", ("reason",))
+EVIDENCE_FAILED = MetricDef(
+    "warpwatch_evidence_failed", "counter",
+    "Windows the rule chose whose trace could not be kept, by reason (io_error: the folder refused it, "
+    "e.g. a full disk; too_large: larger than --evidence-bytes compressed).", ("reason",))
+EVIDENCE_BYTES = MetricDef(
+    "warpwatch_evidence_bytes", "gauge",
+    "Bytes kept in --evidence-dir now (traces and their JSON), at most --evidence-bytes.", unit="bytes")
+EVIDENCE_FILES = MetricDef(
+    "warpwatch_evidence_windows", "gauge",
+    "Windows kept in --evidence-dir now, at most --evidence-files.")
+
 AGENT: tuple[MetricDef, ...] = (
     HTTP_CONNECTIONS, HTTP_REJECTED, DAEMON_CLIENTS, DAEMON_CLIENTS_SEEN, DAEMON_DATAGRAMS_DROPPED,
     DAEMON_REPLIES_DROPPED, DAEMON_CLIENTS_EVICTED, DAEMON_CLIENT_EXITS,
     SERVER_WINDOWS_SKIPPED, SERVER_TRACE_FILES, CAPTURE_STOP, SERVED_SLOWDOWN, OVERHEAD, OVERHEAD_BUDGET,
+    EVIDENCE_KEPT, EVIDENCE_FAILED, EVIDENCE_BYTES, EVIDENCE_FILES,
 )
 
 

@@ -17,12 +17,15 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.samples import Exemplar
 
 from .. import __version__
 from ..model import FAULTS, OUTCOMES
 from ..names.labels import label_text
 from . import metricdefs as md
 
+EXEMPLAR_LABEL = "evidence_id"
+"""The exemplar label of the per-GPU counters: the id of a kept window (`/evidence/ID`)."""
 DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 Sample = tuple[tuple[str, ...], float]
@@ -102,6 +105,9 @@ class Snapshot:
 
     samples: Mapping[md.MetricDef, tuple[Sample, ...]] = field(default_factory=_initial_samples)
     processing: HistogramState = field(default_factory=HistogramState)
+    evidence: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    """Per `gpu` label, the last kept window that fed its counters (id, Unix time): exemplars of
+    the per-GPU counters (`EXEMPLAR_LABEL`)."""
 
     def get(self, m: md.MetricDef) -> tuple[Sample, ...]:
         """The samples of one metric."""
@@ -145,6 +151,11 @@ class SnapshotCollector:
             family = _family(m)
             if isinstance(family, HistogramMetricFamily):
                 family.add_metric([], s.processing.cumulative(), s.processing.total)
+            elif isinstance(family, CounterMetricFamily) and m.labels == md.GPU:
+                for labels, value in s.samples.get(m, ()):
+                    kept = s.evidence.get(labels[0])
+                    family.add_metric(list(labels), value, exemplar=None if kept is None else Exemplar(
+                        {EXEMPLAR_LABEL: kept[0]}, value, kept[1]))
             else:
                 for labels, value in s.samples.get(m, ()):
                     family.add_metric(list(labels), value)

@@ -10,6 +10,9 @@ from collections.abc import Callable, Sequence
 from .. import __version__, native
 from ..capture import Source
 from ..config import Config, describe
+from ..evidence.rule import KeepRule
+from ..evidence.store import EvidenceStore
+from ..export.evidence import EvidenceCollector
 from ..export.nvml import Nvml, NvmlReading
 from ..export.overhead import OverheadCollector
 from ..export.selfmetrics import AgentCollector
@@ -19,6 +22,7 @@ from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limit
 from ..serving.webconfig import WebConfig
 from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
+from .evidence import Evidence
 from .exposition import Exposition
 from .fanout import CAPTURE_GRACE_S, CaptureFanout
 from .health import READY_SLACK_S, Readiness
@@ -63,6 +67,11 @@ class Service:
         self.builder = self.rounds.builder
         self.rounds.on_period = self._set_period
         self.exposition.add_own(OverheadCollector(self.rounds.overhead.view))
+        if config.evidence_dir is not None:
+            self.rounds.evidence = Evidence(
+                EvidenceStore(config.evidence_dir, config.evidence_bytes, config.evidence_files, clock),
+                KeepRule(), clock, self.rounds.repeats)
+            self.exposition.add_own(EvidenceCollector(self.rounds.evidence.view))
         self.ready = Readiness(config, monotonic, ready_slack_s, period=self.rounds.period_now)
         self.web: WebConfig | None = None
         """TLS / basic auth for every HTTP path (exporter-toolkit web config), when configured."""
@@ -96,6 +105,7 @@ class Service:
         self.web = load_web_config(c.web_config) if c.web_config is not None else None
         if c.gpu_properties is not None:
             self.rounds.gpu_properties = load_gpu_properties(c.gpu_properties)
+        self._open_evidence()
         try:
             for src in self.sources:
                 src.start()
@@ -110,9 +120,25 @@ class Service:
             self._stop_all()
             raise
 
+    def _open_evidence(self) -> None:
+        """The evidence folder, created and read; one that cannot be is logged, and each keep then
+        fails on its own, counted (`warpwatch_evidence_failed_total`)."""
+        if self.rounds.evidence is None:
+            return
+        store = self.rounds.evidence.store
+        try:
+            store.open()
+        except OSError as exc:
+            event(log, "evidence_unavailable", logging.WARNING, folder=str(store.folder),
+                  error=exc.strerror or str(exc))
+        else:
+            event(log, "evidence_opened", folder=str(store.folder), windows=len(store.windows()),
+                  bytes=store.total_bytes())
+
     def _start_http(self) -> None:
         c = self.config
-        endpoints = Endpoints(self.exposition.render, self.readiness, self.web)
+        endpoints = Endpoints(self.exposition.render, self.readiness, self.web,
+                              evidence=self.rounds.evidence.store if self.rounds.evidence is not None else None)
         limits = self.limits if self.limits is not None else http_limits(Limits())
         self._server = server = HttpServer(endpoints, c.address, c.port, web=self.web, limits=limits)
         self.exposition.add_own(AgentCollector(http=server, sources=self.sources))

@@ -4,6 +4,7 @@ folded into the builder, the window adapted (`windowplan`), and the new snapshot
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
 from ..overhead import OverheadLedger
 from .costs import note_costs
+from .evidence import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
 from .health import ClockWatch
@@ -53,6 +55,8 @@ class Rounds:
         self.gpu_properties: dict[int, DeviceProperties] | None = None
         """Device properties for traces that carry none (`--gpu-properties`)."""
         self.repeats = RepeatFilter()
+        self.evidence: Evidence | None = None
+        """--evidence-dir: where the traces of the windows that matter are kept (`evidence`)."""
         self.late_faults: deque[Fault] = deque()
         """Faults noted outside the round thread (overruns), counted by the next round."""
         self.exposition.publish(self.builder.snapshot())
@@ -129,6 +133,22 @@ class Rounds:
         self.exposition.publish(self.builder.snapshot())
 
     def process_window(self, cw: CapturedWindow) -> WindowResult:
-        """Open (confined to its folder), read and analyse one window (`window.read_window`)."""
-        return read_window(cw, WindowReading(self.config.max_trace_bytes, self.memory, self.gpu_properties,
-                                             self.stopping, self.repeats))
+        """Open (confined to its folder), read and analyse one window (`window.read_window`), offer it
+        as evidence (a kept window's id then rides on its GPUs' counters), and only then let its source
+        delete the trace."""
+        if self.evidence is None:
+            return read_window(cw, self._reading())
+        held: list[bool] = []
+        result = read_window(dataclasses.replace(cw, on_done=held.append), self._reading())
+        try:
+            kept = self.evidence.offer(cw, result.analysis)
+            if kept is not None and result.analysis is not None:
+                self.builder.note_evidence((d.device for d in result.analysis.devices), kept.id, self.clock())
+        finally:
+            for processed in held:
+                cw.done(processed)
+        return result
+
+    def _reading(self) -> WindowReading:
+        return WindowReading(self.config.max_trace_bytes, self.memory, self.gpu_properties, self.stopping,
+                             self.repeats)

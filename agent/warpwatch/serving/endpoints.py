@@ -5,6 +5,10 @@
   (`gzip;q=0` refuses it, as RFC 9110 says);
 - `/healthz`: 200 while the process serves;
 - `/readyz`: 200 or 503 with the reason (`Service.readiness`);
+- `/evidence`: the kept windows (`--evidence-dir`) as a JSON list, oldest first, each the JSON kept
+  beside its trace (`?since=&until=`: kept within these Unix times, 400 when they are not numbers);
+  `/evidence/ID`: that window's trace (gzip). 404 without `--evidence-dir`, for an unknown id and
+  for anything that is not an id (no path is ever built from the request);
 - `/`: a small index; anything else 404; methods other than GET and HEAD 405.
 
 With a web config, every path first needs the basic-auth credentials (`serving.auth`): 401 with
@@ -17,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from .. import __version__
+from ..evidence.store import EvidenceStore
 from ..logs import event
 from .auth import AuthQueue
 from .webconfig import REALM, WebConfig
@@ -67,8 +73,9 @@ class Endpoints:
 
     def __init__(self, render: Render, readiness: Readiness, web: WebConfig | None = None, *,
                  render_workers: int = 2, auth_workers: int = 2, auth_per_client: int = 4,
-                 auth_total: int = 64) -> None:
+                 auth_total: int = 64, evidence: EvidenceStore | None = None) -> None:
         self.render = render
+        self.evidence = evidence
         self.readiness = readiness
         self.web = web
         self.auth = (AuthQueue(web, workers=auth_workers, per_client=auth_per_client, total=auth_total)
@@ -103,7 +110,34 @@ class Endpoints:
             return self._reply(200 if ready else 503, (reason + "\n").encode())
         if path == "/":
             return self._reply(200, INDEX, "text/html; charset=utf-8")
+        if path == "/evidence" or path.startswith("/evidence/"):
+            return await self._evidence(path.removeprefix("/evidence").removeprefix("/"), request.query)
         return self._reply(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+    async def _evidence(self, kid: str, query: Mapping[str, str]) -> web.Response:
+        """The list of kept windows (`kid` empty; `since`/`until` in Unix seconds bound when they were
+        kept) or one kept trace, read off the event loop."""
+        store = self.evidence
+        if store is None:
+            return self._reply(404, b"not found: no evidence is kept (start the agent with --evidence-dir)\n")
+        try:
+            since, until = (float(query.get(k, default)) for k, default in (("since", "-inf"), ("until", "inf")))
+        except ValueError:
+            return self._reply(400, b"bad request: since and until are Unix times in seconds\n")
+
+        def work() -> bytes | None:
+            if not kid:
+                kept = [k.meta for k in store.windows() if since <= float(k.meta.get("time", 0.0)) <= until]
+                return (json.dumps(kept, indent=1) + "\n").encode()
+            return store.read_trace(kid)
+
+        body = await asyncio.get_running_loop().run_in_executor(self._pool, work)
+        if body is None:
+            return self._reply(404, b"not found: no kept window has this id (GET /evidence lists them)\n")
+        if not kid:
+            return self._reply(200, body, "application/json")
+        return self._reply(200, body, "application/gzip",
+                           {"Content-Disposition": f'attachment; filename="{kid}.trace.json.gz"'})
 
     async def _metrics(self, request: web.BaseRequest) -> web.Response:
         accept = request.headers.get("Accept", "")

@@ -66,6 +66,7 @@ REJECT_REASONS: tuple[str, ...] = (
     "tls_failed",  # TLS handshake failed, plain HTTP on the TLS port, or a client SAN not allowed
     "accept_failed",  # accept() failed (EMFILE, ENFILE, ENOBUFS...): retried after a back-off
     "bad_request",  # the HTTP parser refused the request (400, 431 from llhttp's limits), logged in one line
+    "not_found",  # a path the agent does not serve, or no kept evidence id (404)
 )
 """`reason` label values of `warpwatch_http_rejected_total`: public API, like metric names."""
 
@@ -343,6 +344,8 @@ class HttpServer:
                 response = await self.endpoints.respond(request, conn.peer)
             if response.status == 429:
                 self.reject("auth_busy", conn.peer, "basic-auth queue full; answered 429")
+            elif response.status == 404:
+                self.reject("not_found", conn.peer, "no such path or evidence id; answered 404", level=logging.DEBUG)
             try:
                 await asyncio.wait_for(self._send(request, response), self.limits.write_timeout_s)
             except (asyncio.TimeoutError, TimeoutError):

@@ -240,6 +240,10 @@ server's containers until it passed. */}}
       mountPath: {{ include "warpwatch.traceDir" . }}
     - name: warpwatch-tmp
       mountPath: /tmp
+    {{- with $w.config.evidence_dir }}
+    - name: {{ $w.evidenceVolume.name | default "warpwatch-evidence" }}
+      mountPath: {{ . }}
+    {{- end }}
     {{- with $w.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -257,6 +261,11 @@ server's containers until it passed. */}}
 - name: warpwatch-tmp
   emptyDir:
     sizeLimit: {{ $w.tmpSizeLimit }}
+{{- if and $w.config.evidence_dir (not $w.evidenceVolume.name) }}
+- name: warpwatch-evidence
+  emptyDir:
+    sizeLimit: {{ $w.evidenceVolume.sizeLimit }}
+{{- end }}
 {{- if and .Values.kineto.useDaemon .Values.kineto.config }}
 - name: warpwatch-kineto
   configMap:

@@ -1,0 +1,108 @@
+"""`warpwatch evidence pull URL [--since 1h] [-o DIR]`: copy an agent's kept traces (`/evidence`) into a
+folder, as they are kept (`ID.trace.json.gz`, and the JSON beside it as `ID.meta.json`), ready for
+`warpwatch analyze`, HTA or Perfetto. A port-forward to the agent is enough."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import WarpwatchError
+from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
+from ..units import parse_duration
+
+TIMEOUT_S = 60.0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("evidence", help="fetch the traces an agent kept as evidence (--evidence-dir)",
+                       description="Fetch the traces of the windows an agent kept (its /evidence endpoint).")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    pull = verbs.add_parser("pull", help="copy an agent's kept traces into a folder",
+                            description="Copy the traces an agent kept into a folder, with the JSON kept beside "
+                            "each; files already there are left alone. Credentials of basic auth go in the "
+                            "URL (https://user:password@host:9946).")
+    pull.add_argument("url", metavar="URL", help="the agent, e.g. http://localhost:9946 (a port-forward is enough)")
+    pull.add_argument("--since", default="1h", metavar="DURATION",
+                      help="only windows kept within this long before now, e.g. 30m, 2h (default 1h)")
+    pull.add_argument("-o", "--output", default=".", metavar="DIR", help="folder to write to (default: here)")
+    pull.add_argument("--ca-file", metavar="FILE", help="CA certificate that signed the agent's TLS certificate")
+    pull.set_defaults(func=run_pull)
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    try:
+        since = parse_duration(args.since)
+    except ValueError as exc:
+        raise WarpwatchError(f"--since {args.since!r}: {exc}; e.g. 30m or 2h") from None
+    agent = Agent(args.url, args.ca_file)
+    listed = agent.get_json("/evidence")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = select(listed, time.time() - since)
+    for meta in chosen:
+        kid = meta["id"]
+        trace = out / (kid + TRACE_SUFFIX)
+        if not trace.exists():
+            partial = trace.with_name(trace.name + ".partial")
+            partial.write_bytes(agent.get(f"/evidence/{kid}"))
+            partial.replace(trace)
+        (out / (kid + META_SUFFIX)).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"{trace}\t{meta.get('reason')}\tgpus={','.join(map(str, meta.get('gpus') or []))}")
+    print(f"{len(chosen)} of {len(listed)} kept windows within {args.since} in {out}", file=sys.stderr)
+    return 0
+
+
+def select(listed: Iterable[Any], after: float) -> list[dict[str, Any]]:
+    """The listed windows kept at or after Unix time `after`, oldest first; entries that are not a kept
+    window's JSON (no valid id or time) are passed over."""
+    out = [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str) and is_id(m["id"])
+           and isinstance(m.get("time"), int | float) and m["time"] >= after]
+    return sorted(out, key=lambda m: m["id"])
+
+
+class Agent:
+    """GETs to one agent; basic-auth credentials from the URL's user part."""
+
+    def __init__(self, url: str, ca_file: str | None = None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise WarpwatchError(f"URL {url!r}: expected http://HOST:PORT or https://HOST:PORT")
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self.base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self.headers: Mapping[str, str] = {}
+        if parts.username is not None:
+            pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            self.headers = {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+        self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+    def get(self, path: str) -> bytes:
+        req = urllib.request.Request(self.base + path, headers=dict(self.headers))
+        try:
+            with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=self.context) as resp:
+                body: bytes = resp.read()
+                return body
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(200).decode(errors="replace").strip()
+            raise WarpwatchError(f"{self.base}{path}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise WarpwatchError(f"{self.base}{path}: {getattr(exc, 'reason', exc)}") from None
+
+    def get_json(self, path: str) -> list[Any]:
+        try:
+            doc = json.loads(self.get(path))
+        except ValueError:
+            raise WarpwatchError(f"{self.base}{path}: not JSON; is this a warpwatch agent?") from None
+        if not isinstance(doc, list):
+            raise WarpwatchError(f"{self.base}{path}: expected a JSON list of kept windows")
+        return doc
