@@ -31,28 +31,26 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
-from ...errors import ConfigError
 from ...overhead import LatencySplit
 from ...sourcestats import SourceStats
-from ...units import check_seconds
 from .. import CapturedWindow, Source
 from ..folders import check_start_folder
 from .client import InFlight, Reply, RequestFailed, ServerClient, reply_error
 from .files import SessionFiles
+from .options import DEFAULT_TOKEN_ENV, ServerOptions
 from .servedlatency import HISTOGRAMS, ServedLatency
 from .session import Session
 from .stops import SessionStops
 
 log = logging.getLogger("warpwatch.capture.servers")
 
-DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
+__all__ = ["DEFAULT_TOKEN_ENV", "ProfilingServerSource"]
 
 
 class ProfilingServerSource(SessionStops, SessionFiles, Source):
@@ -62,64 +60,28 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
     _requests_before_start: int = 0
     """Requests `_before_start` may send (each with its retries)."""
 
-    def __init__(
-        self,
-        url: str,
-        trace_dir: str | os.PathLike[str],
-        *,
-        name: str | None = None,
-        delete_processed: bool = False,
-        token_env: str = DEFAULT_TOKEN_ENV,
-        request_timeout_s: float = 10.0,
-        flush_timeout_s: float = 60.0,
-        max_retries: int = 2,
-        retry_pause_s: float = 1.0,
-        backoff_s: float = 60.0,
-        max_backoff_s: float = 3600.0,
-        poll_interval_s: float = 0.5,
-        expected_files: int | None = None,
-        late_timeout_s: float = 900.0,
-        settle_quiet_s: float = 5.0,
-    ) -> None:
-        url = url.strip()
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise ConfigError(f"{self.kind} source: url must start with http:// or https://, got {url!r}")
-        for setting, value in (
-            ("request_timeout_s", request_timeout_s),
-            ("flush_timeout_s", flush_timeout_s),
-            ("backoff_s", backoff_s),
-            ("max_backoff_s", max_backoff_s),
-            ("poll_interval_s", poll_interval_s),
-            ("late_timeout_s", late_timeout_s),
-            ("settle_quiet_s", settle_quiet_s),
-        ):
-            check_seconds(value, setting, prefix=f"{self.kind} source: ")
-        check_seconds(retry_pause_s, "retry_pause_s", zero=True, prefix=f"{self.kind} source: ")
-        if max_retries < 0:
-            raise ConfigError(f"{self.kind} source: max_retries must be >= 0")
-        if expected_files is not None and expected_files < 1:
-            raise ConfigError(f"{self.kind} source: expected_files must be >= 1, got {expected_files!r}")
-        if not token_env:
-            raise ConfigError(f"{self.kind} source: token_env must name an environment variable")
-        self.url = url.rstrip("/")
-        self.name = name or f"{self.kind}:{self.url}"
-        self.trace_dir = Path(trace_dir)
-        self.delete_processed = delete_processed
-        self.token_env = token_env
-        self.request_timeout_s = float(request_timeout_s)
-        self.flush_timeout_s = float(flush_timeout_s)
-        self.max_retries = int(max_retries)
-        self.retry_pause_s = float(retry_pause_s)
-        self.backoff_s = float(backoff_s)
-        self.max_backoff_s = float(max_backoff_s)
-        self.poll_interval_s = float(poll_interval_s)
-        self.expected_files = expected_files
-        self.late_timeout_s = float(late_timeout_s)
-        self.settle_quiet_s = float(settle_quiet_s)
+    def __init__(self, url: str, trace_dir: str | os.PathLike[str], **options: Any) -> None:
+        self.options = ServerOptions.of(self.kind, url, trace_dir, **options)
+        o = self.options
+        self.url = o.url
+        self.name = o.label
+        self.trace_dir = o.trace_dir
+        self.delete_processed = o.delete_processed
+        self.token_env = o.token_env
+        self.request_timeout_s = o.request_timeout_s
+        self.flush_timeout_s = o.flush_timeout_s
+        self.max_retries = o.max_retries
+        self.retry_pause_s = o.retry_pause_s
+        self.backoff_s = o.backoff_s
+        self.max_backoff_s = o.max_backoff_s
+        self.poll_interval_s = o.poll_interval_s
+        self.expected_files = o.expected_files
+        self.late_timeout_s = o.late_timeout_s
+        self.settle_quiet_s = o.settle_quiet_s
 
         self._closed = threading.Event()
         self._client = ServerClient(
-            self.name, self.url, token_env=token_env, max_retries=self.max_retries,
+            self.name, self.url, token_env=o.token_env, max_retries=self.max_retries,
             retry_pause_s=self.retry_pause_s, closed=self._closed,
         )
         self._failures = 0

@@ -40,10 +40,11 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ...errors import ConfigError
 from .. import CapturedWindow
-from .base import DEFAULT_TOKEN_ENV, ProfilingServerSource
+from .base import ProfilingServerSource
 from .client import Reply, RequestFailed, reply_error
 from .session import Session
 
@@ -124,27 +125,9 @@ class SglangSource(ProfilingServerSource):
         record_shapes: bool = False,
         profiler_dir_env: bool = False,
         num_steps: int = DEFAULT_NUM_STEPS,
-        name: str | None = None,
-        delete_processed: bool = False,
-        token_env: str = DEFAULT_TOKEN_ENV,
-        request_timeout_s: float = 10.0,
-        flush_timeout_s: float = 60.0,
-        max_retries: int = 2,
-        retry_pause_s: float = 1.0,
-        backoff_s: float = 60.0,
-        max_backoff_s: float = 3600.0,
-        poll_interval_s: float = 0.5,
-        expected_files: int | None = None,
-        late_timeout_s: float = 900.0,
-        settle_quiet_s: float = 5.0,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            url, trace_dir, name=name, delete_processed=delete_processed, token_env=token_env,
-            request_timeout_s=request_timeout_s, flush_timeout_s=flush_timeout_s, max_retries=max_retries,
-            retry_pause_s=retry_pause_s, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
-            poll_interval_s=poll_interval_s, expected_files=expected_files, late_timeout_s=late_timeout_s,
-            settle_quiet_s=settle_quiet_s,
-        )
+        super().__init__(url, trace_dir, **options)
         acts = [a.upper() for a in activities]
         if not acts or any(a not in ("CPU", "GPU") for a in acts):
             raise ConfigError(f"sglang source: activities must be among CPU, GPU; got {list(activities)!r}")
