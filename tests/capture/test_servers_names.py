@@ -5,6 +5,7 @@ the spec options, and the counters as exported."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,12 @@ def test_sglang_capture_overhead_counts_the_version_requests() -> None:
     one = 3 * 10.0 + 1.0 + 2.0  # three attempts, pauses of 1 s and 2 s
     # two GETs for the version, then the start; and the wait for a stop that ends a session left open
     assert s.capture_overhead_s == 3 * one + 10.0
+
+
+def test_server_options_are_checked_once_and_kept_frozen() -> None:
+    o = VllmSource(" http://h:1/ ", "/tmp/unused", request_timeout_s=3).options
+    assert (o.kind, o.url, o.name, o.request_timeout_s) == ("vllm", "http://h:1", "vllm:http://h:1", 3.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.url = "http://other:1"  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="sglang source: max_retries must be >= 0"):
+        SglangSource("http://h:1", "/tmp/unused", max_retries=-1)

@@ -274,6 +274,8 @@ class SglangSource(ProfilingServerSource):
     """
 
     kind = "sglang"
+    dialect: SglangDialect
+
     def __init__(
         self,
         url: str,
@@ -287,25 +289,24 @@ class SglangSource(ProfilingServerSource):
         num_steps: int = DEFAULT_NUM_STEPS,
         **options: Any,
     ) -> None:
-        options_ = ServerOptions.of(self.kind, url, trace_dir, **options)
-        dialect = SglangDialect(server_trace_dir or str(options_.trace_dir), activities, with_stack, record_shapes,
+        settings = ServerOptions.of(self.kind, url, trace_dir, **options)
+        dialect = SglangDialect(server_trace_dir or str(settings.trace_dir), activities, with_stack, record_shapes,
                                 profiler_dir_env, num_steps)
-        super().__init__(options_, dialect)
-        self.sglang = dialect
+        super().__init__(settings, dialect)
 
     @property
     def version(self) -> tuple[int, int, int] | None:
         """The server's version as last read."""
-        return self.sglang.version
+        return self.dialect.version
 
     @property
     def server_trace_dir(self) -> str:
-        return self.sglang.server_trace_dir
+        return self.dialect.server_trace_dir
 
     @property
     def profiler_dir_env(self) -> bool:
-        return self.sglang.profiler_dir_env
+        return self.dialect.profiler_dir_env
 
     @property
     def num_steps(self) -> int:
-        return self.sglang.num_steps
+        return self.dialect.num_steps

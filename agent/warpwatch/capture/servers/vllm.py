@@ -168,9 +168,14 @@ class VllmSource(ProfilingServerSource):
     """
 
     kind = "vllm"
+    dialect: VllmDialect
 
     def __init__(self, url: str, trace_dir: str | os.PathLike[str], *, max_steps: int = DEFAULT_MAX_STEPS,
                  **options: Any) -> None:
         dialect = VllmDialect(trace_dir, max_steps)
         super().__init__(ServerOptions.of(self.kind, url, trace_dir, **options), dialect)
-        self.max_steps = max_steps
+
+    @property
+    def max_steps(self) -> int:
+        """Engine steps a worker records per window (`max_iterations`; 0: the whole window)."""
+        return self.dialect.max_steps
