@@ -245,21 +245,21 @@ def test_config_errors(tmp_path: Path) -> None:
 
 def test_labels_from_file_names(tmp_path: Path) -> None:
     v = VllmSource("http://h:1", tmp_path)
-    assert v._labels_for("0a1b-rank-3.1723456789123456789.pt.trace.json.gz") == {"rank": "3"}
-    assert v._labels_for("gpu-node-7_4242.1723456789123456789.pt.trace.json.gz") == {
+    assert v.dialect.labels_for("0a1b-rank-3.1723456789123456789.pt.trace.json.gz") == {"rank": "3"}
+    assert v.dialect.labels_for("gpu-node-7_4242.1723456789123456789.pt.trace.json.gz") == {
         "process": "gpu-node-7_4242"
     }
-    assert v._labels_for("worker0.pt.trace.json") == {"process": "worker0"}
+    assert v.dialect.labels_for("worker0.pt.trace.json") == {"process": "worker0"}
     s = SglangSource("http://h:1", tmp_path)
-    assert s._labels_for("1723456789.123-TP-1.trace.json.gz") == {"rank": "1"}
-    assert s._labels_for("exp-1723456789.123-TP-2-DP-1-EP-3.trace.json.gz") == {
+    assert s.dialect.labels_for("1723456789.123-TP-1.trace.json.gz") == {"rank": "1"}
+    assert s.dialect.labels_for("exp-1723456789.123-TP-2-DP-1-EP-3.trace.json.gz") == {
         "rank": "2",
         "dp_rank": "1",
         "ep_rank": "3",
     }
-    assert s._labels_for("rank0.trace.json.gz") == {"process": "rank0"}
-    assert not s._is_trace_name("merged-1723.1.trace.json.gz")
-    assert not s._is_trace_name("1723.1-TP-0-memory.pickle")
+    assert s.dialect.labels_for("rank0.trace.json.gz") == {"process": "rank0"}
+    assert not s.dialect.is_trace_name("merged-1723.1.trace.json.gz")
+    assert not s.dialect.is_trace_name("1723.1-TP-0-memory.pickle")
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ the spec options, and the counters as exported."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from support.engines.threaded import Recorded, SglangStandIn
 from warpwatch.capture.registry import build_source
 from warpwatch.capture.servers import SglangSource, VllmSource
-from warpwatch.capture.servers.sglang import _ranks, _staged, parse_version
+from warpwatch.capture.servers.sglang import SglangDialect, parse_version
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
 
@@ -45,14 +46,14 @@ V = VllmSource("http://h:1", "/tmp/unused")
     ],
 )
 def test_vllm_worker_names_of_every_version(name: str, labels: dict[str, str]) -> None:
-    assert V._is_trace_name(name) and V._is_worker_trace(name)
-    assert V._labels_for(name) == labels
+    assert V.dialect.is_trace_name(name) and V.dialect.is_worker_trace(name)
+    assert V.dialect.labels_for(name) == labels
 
 
 def test_vllm_front_end_trace_is_not_a_worker_trace() -> None:
     name = "api-0_977.async_llm.1723456789123456789.pt.trace.json.gz"
-    assert V._is_trace_name(name) and not V._is_worker_trace(name)
-    assert V._is_worker_trace("0a1b-rank-0.1723456789123456789.pt.trace.json.gz")
+    assert V.dialect.is_trace_name(name) and not V.dialect.is_worker_trace(name)
+    assert V.dialect.is_worker_trace("0a1b-rank-0.1723456789123456789.pt.trace.json.gz")
 
 
 @given(ranks=st.tuples(*[st.integers(0, 4095)] * 6), ts=st.integers(0, 2**63),
@@ -61,14 +62,14 @@ def test_vllm_front_end_trace_is_not_a_worker_trace() -> None:
 def test_vllm_0_17_ranks_round_trip(ranks: tuple[int, ...], ts: int, prefix: str) -> None:
     d, p, t, c, e, r = ranks
     name = f"{prefix}dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{r}.{ts}.pt.trace.json.gz"
-    assert V._labels_for(name) == {"dp_rank": str(d), "pp_rank": str(p), "tp_rank": str(t), "dcp_rank": str(c),
+    assert V.dialect.labels_for(name) == {"dp_rank": str(d), "pp_rank": str(p), "tp_rank": str(t), "dcp_rank": str(c),
                                    "ep_rank": str(e), "rank": str(r)}
 
 
 @given(st.text(max_size=200))
 @settings(max_examples=200, deadline=None)
 def test_vllm_any_name_gives_bounded_labels(name: str) -> None:
-    labels = V._labels_for(name + ".pt.trace.json.gz")
+    labels = V.dialect.labels_for(name + ".pt.trace.json.gz")
     assert labels and all(len(v) <= len(name) + 20 for v in labels.values())
 
 
@@ -88,8 +89,8 @@ S = SglangSource("http://h:1", "/tmp/unused")
     ],
 )
 def test_sglang_names(name: str, labels: dict[str, str]) -> None:
-    assert S._is_trace_name(name)
-    assert S._labels_for(name) == labels
+    assert S.dialect.is_trace_name(name)
+    assert S.dialect.labels_for(name) == labels
 
 
 @pytest.mark.parametrize(
@@ -104,14 +105,15 @@ def test_sglang_names(name: str, labels: dict[str, str]) -> None:
 def test_sglang_by_stage_names_as_each_version_and_python_spell_the_stage(name: str) -> None:
     """scheduler_profiler_mixin.stop_profile appends f"-{stage.__str__()}" of a ForwardMode, an
     IntEnum: what that prints changed with Python 3.11. Every spelling is a by-stage file."""
-    assert S._is_trace_name(name) and _staged(name)
-    assert S._labels_for(name)["rank"] == "1"
-    assert not _staged("1723456789.123-TP-1.trace.json.gz") and not _staged("1723456789.123-TP-1-DP-0.trace.json.gz")
+    assert S.dialect.is_trace_name(name) and SglangDialect.is_staged(name)
+    assert S.dialect.labels_for(name)["rank"] == "1"
+    assert not SglangDialect.is_staged("1723456789.123-TP-1.trace.json.gz")
+    assert not SglangDialect.is_staged("1723456789.123-TP-1-DP-0.trace.json.gz")
 
 
 def test_sglang_names_that_are_not_traces() -> None:
-    assert not S._is_trace_name("merged-1723.1.trace.json.gz")
-    assert not S._is_trace_name("1723.1-TP-0-memory.pickle")
+    assert not S.dialect.is_trace_name("merged-1723.1.trace.json.gz")
+    assert not S.dialect.is_trace_name("1723.1-TP-0-memory.pickle")
 
 
 @pytest.mark.parametrize(
@@ -175,7 +177,7 @@ def test_any_server_info_answer_is_handled(answer: tuple[int, bytes], hostile: S
     elif version >= (0, 4, 7):
         # By stage only, and only where the ranks are known (the session's end is then known).
         assert all(b["profile_by_stage"] is True and "start_step" not in b for b in sent)
-        assert bool(sent) == (_ranks(doc) is not None)
+        assert bool(sent) == (SglangDialect.ranks(doc) is not None)
         assert "/stop_profile" not in [r.path for r in hostile.requests]
 
 
@@ -202,7 +204,7 @@ def test_sglang_spec_options(tmp_path: Path) -> None:
      ({"tp_size": 2, "pp_size": "2"}, None)],
 )
 def test_ranks_from_server_info(info: dict[str, object], ranks: int | None) -> None:
-    assert _ranks(info) == ranks
+    assert SglangDialect.ranks(info) == ranks
 
 
 def test_sglang_capture_overhead_counts_the_version_requests() -> None:
@@ -210,3 +212,12 @@ def test_sglang_capture_overhead_counts_the_version_requests() -> None:
     one = 3 * 10.0 + 1.0 + 2.0  # three attempts, pauses of 1 s and 2 s
     # two GETs for the version, then the start; and the wait for a stop that ends a session left open
     assert s.capture_overhead_s == 3 * one + 10.0
+
+
+def test_server_options_are_checked_once_and_kept_frozen() -> None:
+    o = VllmSource(" http://h:1/ ", "/tmp/unused", request_timeout_s=3).options
+    assert (o.kind, o.url, o.name, o.request_timeout_s) == ("vllm", "http://h:1", "vllm:http://h:1", 3.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.url = "http://other:1"  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="sglang source: max_retries must be >= 0"):
+        SglangSource("http://h:1", "/tmp/unused", max_retries=-1)

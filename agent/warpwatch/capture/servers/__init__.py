@@ -4,13 +4,17 @@ Both servers can start and stop `torch.profiler` in their workers on request and
 Kineto trace per worker (tensor-parallel rank) into a folder the agent must see (a shared
 volume; `trace_dir` is that folder as the agent sees it). The pieces:
 
-- `base`: one window (start, wait, stop, collect), back-off, counters (`stats`);
+- `base`: one window (start, wait, stop, collect) and counters (`stats`), from `options`
+  (`ServerOptions`: the settings, checked once) and a `dialect` (what differs per server);
+- `dialect`: the `Dialect` each server's module fills in, and the back-off (`Backoff`);
 - `session`: which files in the folder belong to one of warpwatch's sessions, when they
   are complete, and what happens to the ones that come after their window gave up;
 - `client`: the HTTP client (retries only for requests that never reached the server,
   bearer token from the environment, no redirects, no proxy);
-- `files` and `stops`: the session's files handed over as windows, and the stop awaited;
-- `vllm` and `sglang`: what each server's versions take and the names their files have;
+- `files` (`SessionFiles`) and `stops` (`StopTracker`): the session's files handed over as
+  windows, and the stop awaited;
+- `vllm` and `sglang`: each server's dialect (what its versions take and the names its files
+  have) and its source (`VllmSource`, `SglangSource`: options and that dialect);
 - `servedlatency`: the server's own inter-token latency, read around each window;
 - `profilerextras`: what the server's profiler records beyond kernels (stacks, memory, shapes).
 

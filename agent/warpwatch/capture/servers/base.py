@@ -5,7 +5,7 @@ A window is:
 1. hand over what an earlier, given-up session has finished writing since (`session`);
    while such a session still has files coming, open no new window (counted
    `previous_flush_pending`): the server is still writing, and new files could not be told apart;
-2. the server-specific check that the start is safe (`_before_start`: SGLang's version);
+2. the server-specific check that the start is safe (the dialect's `before_start`: SGLang's version);
 3. list the trace folder (the names present now are never this window's);
 4. `POST {url}/start_profile`; wait `window_s`; `POST {url}/stop_profile`;
 5. poll the folder until the session is done (`session.Session.done`), bounded by
@@ -25,157 +25,68 @@ disabled, refused token, server unreachable or gone) the source backs off expone
 (`backoff_s`, doubling up to `max_backoff_s`): while backing off, `capture()` returns [] without
 touching the server. Windows not opened on purpose are counted by reason in `stats()`
 (`sourcestats.SKIP_REASONS`), trace files by kind (`sourcestats.FILE_KINDS`).
+
+A source is its settings (`options.ServerOptions`) and its server's `dialect.Dialect`; what it
+keeps between rounds lives in three objects it composes: the back-off and the skipped windows
+(`dialect.Backoff`), the trace folder's sessions and file counts (`files.SessionFiles`) and the
+stops (`stops.StopTracker`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
-from ...errors import ConfigError
 from ...overhead import LatencySplit
 from ...sourcestats import SourceStats
-from ...units import check_seconds
 from .. import CapturedWindow, Source
 from ..folders import check_start_folder
-from .client import InFlight, Reply, RequestFailed, ServerClient, reply_error
+from .client import Reply, RequestFailed, ServerClient, reply_error
+from .dialect import Backoff, Dialect
 from .files import SessionFiles
+from .options import DEFAULT_TOKEN_ENV, ServerOptions
 from .servedlatency import HISTOGRAMS, ServedLatency
 from .session import Session
-from .stops import SessionStops
+from .stops import StopTracker
 
 log = logging.getLogger("warpwatch.capture.servers")
 
-DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
+__all__ = ["DEFAULT_TOKEN_ENV", "ProfilingServerSource"]
 
 
-class ProfilingServerSource(SessionStops, SessionFiles, Source):
-    """Shared machinery of `VllmSource` and `SglangSource` (see the module docstring)."""
+class ProfilingServerSource(Source):
+    """Windows through a server's profiler: `options` (checked settings) and `dialect` (what the
+    server's requests and trace names are), see the module docstring."""
 
     kind = "server"
-    _requests_before_start: int = 0
-    """Requests `_before_start` may send (each with its retries)."""
 
-    def __init__(
-        self,
-        url: str,
-        trace_dir: str | os.PathLike[str],
-        *,
-        name: str | None = None,
-        delete_processed: bool = False,
-        token_env: str = DEFAULT_TOKEN_ENV,
-        request_timeout_s: float = 10.0,
-        flush_timeout_s: float = 60.0,
-        max_retries: int = 2,
-        retry_pause_s: float = 1.0,
-        backoff_s: float = 60.0,
-        max_backoff_s: float = 3600.0,
-        poll_interval_s: float = 0.5,
-        expected_files: int | None = None,
-        late_timeout_s: float = 900.0,
-        settle_quiet_s: float = 5.0,
-    ) -> None:
-        url = url.strip()
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise ConfigError(f"{self.kind} source: url must start with http:// or https://, got {url!r}")
-        for setting, value in (
-            ("request_timeout_s", request_timeout_s),
-            ("flush_timeout_s", flush_timeout_s),
-            ("backoff_s", backoff_s),
-            ("max_backoff_s", max_backoff_s),
-            ("poll_interval_s", poll_interval_s),
-            ("late_timeout_s", late_timeout_s),
-            ("settle_quiet_s", settle_quiet_s),
-        ):
-            check_seconds(value, setting, prefix=f"{self.kind} source: ")
-        check_seconds(retry_pause_s, "retry_pause_s", zero=True, prefix=f"{self.kind} source: ")
-        if max_retries < 0:
-            raise ConfigError(f"{self.kind} source: max_retries must be >= 0")
-        if expected_files is not None and expected_files < 1:
-            raise ConfigError(f"{self.kind} source: expected_files must be >= 1, got {expected_files!r}")
-        if not token_env:
-            raise ConfigError(f"{self.kind} source: token_env must name an environment variable")
-        self.url = url.rstrip("/")
-        self.name = name or f"{self.kind}:{self.url}"
-        self.trace_dir = Path(trace_dir)
-        self.delete_processed = delete_processed
-        self.token_env = token_env
-        self.request_timeout_s = float(request_timeout_s)
-        self.flush_timeout_s = float(flush_timeout_s)
-        self.max_retries = int(max_retries)
-        self.retry_pause_s = float(retry_pause_s)
-        self.backoff_s = float(backoff_s)
-        self.max_backoff_s = float(max_backoff_s)
-        self.poll_interval_s = float(poll_interval_s)
-        self.expected_files = expected_files
-        self.late_timeout_s = float(late_timeout_s)
-        self.settle_quiet_s = float(settle_quiet_s)
-
+    def __init__(self, options: ServerOptions, dialect: Dialect) -> None:
+        self.options = options
+        self.dialect = dialect
+        self.name = options.label
+        self.url = options.url
+        self.trace_dir = options.trace_dir
         self._closed = threading.Event()
         self._client = ServerClient(
-            self.name, self.url, token_env=token_env, max_retries=self.max_retries,
-            retry_pause_s=self.retry_pause_s, closed=self._closed,
+            self.name, self.url, token_env=options.token_env, max_retries=options.max_retries,
+            retry_pause_s=options.retry_pause_s, closed=self._closed,
         )
-        self._failures = 0
-        self.backoff_clock: Callable[[], float] = time.monotonic
-        """The clock the backoff after a failed window is measured on (tests set their own)."""
-        self._skip_until = 0.0
-        self._disabled_logged = False
-        self._unhealthy = False
-        self._maybe_active = False
-        """A start succeeded and its stop may not have: end that session before the next one."""
-        self._stop_call: InFlight | None = None
-        """The last stop sent, while its answer has not been dealt with."""
-        self._late: Session | None = None
-        self._recent: Session | None = None
-        """The last session that finished: one more look for files that showed late."""
-        self._stop_answered = False
-        self._stop_seconds: list[float] = []
+        self._backoff = Backoff(options)
+        self._files = SessionFiles(options, dialect, self._closed)
+        self._stops = StopTracker(options, self._client, dialect, self._backoff, self._files)
         self._served = ServedLatency(HISTOGRAMS.get(self.kind, ()), self._read_metrics, name=self.name)
-        self._start_delivered = False
-        self._skipped: Counter[str] = Counter()
-        self._files: Counter[str] = Counter()
 
-    # -- what differs per server ---------------------------------------------------------
+    @property
+    def backoff_clock(self) -> Callable[[], float]:
+        """The clock the backoff after a failed window is measured on (tests set their own)."""
+        return self._backoff.clock
 
-    def _before_start(self) -> CapturedWindow | None:
-        """A refusal (failed window, already counted) when starting now is not safe, else None."""
-        return None
-
-    def _start_body(self) -> bytes | None:
-        return None
-
-    def _stop_body(self) -> bytes | None:
-        return None
-
-    def _refusal_reason(self, reply: Reply) -> str | None:
-        """A `sourcestats.SKIP_REASONS` entry when a refused start means the window was skipped on purpose."""
-        return None
-
-    def _stop_waits_for_files(self) -> bool:
-        """Whether `/stop_profile` answers only after every rank has written its trace."""
-        return True
-
-    def _expected(self) -> int | None:
-        """Worker files one window should give: `expected_files`, else what the server reports."""
-        return self.expected_files
-
-    def _step_bounded(self) -> bool:
-        """Whether a window is a profile the server ends by itself (never sent a stop)."""
-        return False
-
-    def _session_filter(self) -> Callable[[str], bool] | None:
-        """Which trace names a step-bounded session may own (None: any)."""
-        return None
-
-    def inspect_windows(self, windows: list[CapturedWindow]) -> None:
-        """Sees each round's windows before the service does (a look at what the server records)."""
+    @backoff_clock.setter
+    def backoff_clock(self, clock: Callable[[], float]) -> None:
+        self._backoff.clock = clock
 
     # -- Source protocol -----------------------------------------------------------------
 
@@ -198,7 +109,7 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
     def _read_metrics(self) -> str | None:
         """The server's `/metrics` text; "" where it has none (404), None when it cannot be read now."""
         try:
-            reply = self._client.request_once("GET", "/metrics", None, self.request_timeout_s)
+            reply = self._client.request_once("GET", "/metrics", None, self.options.request_timeout_s)
         except RequestFailed:
             return None
         if reply.status == 404:
@@ -207,17 +118,26 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
 
     def stats(self) -> SourceStats:
         """Windows skipped by reason and trace files by kind, since start."""
-        return SourceStats(skipped=dict(self._skipped), files=dict(self._files))
+        return SourceStats(skipped=dict(self._backoff.skipped), files=dict(self._files.counts))
+
+    def take_stop_seconds(self) -> list[float]:
+        """The stops answered since the last call, each from its request to its answer."""
+        return self._stops.take_seconds()
+
+    def inspect_windows(self, windows: list[CapturedWindow]) -> None:
+        """Sees each round's windows before the service does (a look at what the server records)."""
+        self.dialect.inspect_windows(self.name, self.trace_dir, windows, self._files.counts)
 
     @property
     def capture_overhead_s(self) -> float:
         """How long `capture` may take beyond window + timeout (the service bounds rounds with it):
-        the requests before the window (the start, and what `_before_start` asks) with all their
-        retries and their doubling pauses."""
-        attempts = self.max_retries + 1
-        one = attempts * self.request_timeout_s + self.retry_pause_s * (2**self.max_retries - 1)
+        the requests before the window (the start, and what the dialect's `before_start` asks)
+        with all their retries and their doubling pauses."""
+        o = self.options
+        attempts = o.max_retries + 1
+        one = attempts * o.request_timeout_s + o.retry_pause_s * (2**o.max_retries - 1)
         # plus the wait for a stop that ends a session an earlier window left open
-        return float((self._requests_before_start + 1) * one + self.request_timeout_s)
+        return float((self.dialect.requests_before_start + 1) * one + o.request_timeout_s)
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         out = self._capture(window_s, timeout_s)
@@ -227,25 +147,24 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
     def _capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         if self._closed.is_set():
             return []
-        out = self._sweep_late()
-        if not self._previous_stop_answered(out):
+        out = self._files.sweep_late()
+        if not self._stops.previous_answered(out):
             return out
         # A session of ours may still run (its stop failed or went unanswered): end it first.
-        if (self._maybe_active and self.backoff_clock() >= self._skip_until
-                and (ended := self._end_leftover_session()) is not None):
+        if (self._stops.maybe_active and self._backoff.over()
+                and (ended := self._stops.end_leftover_session()) is not None):
             return [*out, *ended]
-        if (late := self._late) is not None:
+        if (late := self._files.late) is not None:
             if late.given_up:
-                self._skip("previous_flush_pending", "the previous window's trace files are still being written")
+                self._backoff.skip("previous_flush_pending",
+                                   "the previous window's trace files are still being written")
             else:
-                self._skip("session_pending", "the previous step-bounded profile has not written all its "
-                           "traces yet (it records when requests come)")
+                self._backoff.skip("session_pending", "the previous step-bounded profile has not written all "
+                                   "its traces yet (it records when requests come)")
             return out
-        now = self.backoff_clock()
-        if now < self._skip_until:
-            log.debug("%s: backing off, next try in %.0f s", self.name, self._skip_until - now)
+        if self._backoff.waiting():
             return out
-        if (refusal := self._before_start()) is not None:
+        if (refusal := self.dialect.before_start(self._client, self.options, self._backoff)) is not None:
             return [*out, refusal]
         self._served.started()
         try:
@@ -254,132 +173,111 @@ class ProfilingServerSource(SessionStops, SessionFiles, Source):
             self._served.ended()
         return out
 
+    def _session(self, before: frozenset[str], start_wall: float, requested: tuple[float, float] | None,
+                 quiet_s: float) -> Session:
+        return Session(before, start_wall, requested, self.dialect.expected(self.options.expected_files), quiet_s)
+
     def _window(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Start, wait, stop and collect one window (the module doc's steps 3 to 5)."""
-        out: list[CapturedWindow] = []
-        if self._step_bounded():
+        if self.dialect.step_bounded():
             return self._step_bounded_window(window_s, timeout_s)
 
-        before = frozenset(self._list_traces())
+        o = self.options
+        before = frozenset(self._files.listing())
         start_wall = time.time()
-        if (failed := self._send_start()) is not None:
-            if self._maybe_active:
+        failed, _ = self._send_start()
+        if failed is not None:
+            if self._stops.maybe_active:
                 # The start may have been taken (no answer): end that session now, and await its
                 # files as the late session's, before any other start.
-                self._stop_in_background(time.monotonic() + self.request_timeout_s)
-                self._give_up(Session(before, start_wall, None, self._expected(), self.settle_quiet_s))
-            return [*out, failed]
+                self._stops.in_background(time.monotonic() + o.request_timeout_s)
+                self._files.give_up(self._session(before, start_wall, None, o.settle_quiet_s))
+            return [failed]
         started_us = time.time() * 1e6
 
         interrupted = self._closed.wait(max(0.0, window_s))
         stop_us = time.time() * 1e6
         if interrupted:
-            self._stop_quietly()
-            return out
+            self._stops.stop_quietly()
+            return []
 
         budget = self._budget(timeout_s)
         deadline = time.monotonic() + budget
-        stop_error = self._stop(budget, deadline)
+        stop_error = self._stops.stop(budget, deadline)
         if stop_error is not None:
-            return [*out, stop_error]
+            return [stop_error]
         # One quiet poll is enough where the stop answered after the files were written; else
         # (an early answer, or none in time) ranks may still finish apart.
-        waited = self._stop_answered and self._stop_waits_for_files()
-        quiet = self.poll_interval_s if waited else self.settle_quiet_s
-        session = Session(before, start_wall, (started_us, stop_us), self._expected(), quiet)
-        out.extend(self._collect(session, deadline, budget))
-        self._healthy()
+        waited = self._stops.answered and self.dialect.stop_waits_for_files()
+        quiet = o.poll_interval_s if waited else o.settle_quiet_s
+        out = self._files.collect(self._session(before, start_wall, (started_us, stop_us), quiet), deadline, budget)
+        self._backoff.healthy()
         return out
 
     def _budget(self, timeout_s: float) -> float:
-        return self.flush_timeout_s if timeout_s <= 0 else min(self.flush_timeout_s, timeout_s)
+        flush = self.options.flush_timeout_s
+        return flush if timeout_s <= 0 else min(flush, timeout_s)
 
-    def _healthy(self) -> None:
-        if self._unhealthy:
-            log.info("%s: profiling endpoints answer again", self.name)
-        self._failures = 0
-        self._skip_until = 0.0
-        self._unhealthy = False
-
-    def _send_start(self) -> CapturedWindow | None:
-        """POST /start_profile; a failed window (counted, backed off) unless the server took it."""
-        self._start_delivered = False
+    def _send_start(self) -> tuple[CapturedWindow | None, bool]:
+        """POST /start_profile: a failed window (counted, backed off) unless the server took it,
+        and whether the request reached the server without an answer (it may have been taken)."""
+        step_bounded = self.dialect.step_bounded()
         try:
-            reply = self._client.request("POST", "/start_profile", self._start_body(), self.request_timeout_s)
+            reply = self._client.request("POST", "/start_profile", self.dialect.start_body(),
+                                         self.options.request_timeout_s)
         except RequestFailed as exc:
-            self._start_delivered = exc.delivered
-            if exc.delivered and not self._step_bounded():
-                self._maybe_active = True
+            if exc.delivered and not step_bounded:
+                self._stops.maybe_active = True
             what = "the server did not answer" if exc.delivered else "cannot reach the server"
-            return self._fail_and_back_off(f"{what}: POST /start_profile: {exc}")
+            return self._backoff.fail(f"{what}: POST /start_profile: {exc}"), exc.delivered
         if error := reply_error(reply):
-            return self._start_refused(reply, error)
-        if not self._step_bounded():
-            self._maybe_active = True
-        return None
+            return self._start_refused(reply, error), False
+        if not step_bounded:
+            self._stops.maybe_active = True
+        return None, False
 
     def _step_bounded_window(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """A profile the server ends by itself after some steps (no stop request): it becomes the
         open session, whose files are handed over as they come, now or in later rounds."""
-        before = frozenset(self._list_traces())
+        before = frozenset(self._files.listing())
         start_wall = time.time()
-        failed = self._send_start()
-        if failed is None or self._start_delivered:
+        failed, delivered = self._send_start()
+        if failed is None or delivered:
             # Never abandoned, and kept even when the start went unanswered (it may have been
             # taken): a new start while the server records this one could fail in the server
             # (SGLang's profile v2); an idle server keeps it armed until requests come.
-            self._late = Session(before, start_wall, None, self._expected(), self.settle_quiet_s,
-                                 accept=self._session_filter())
+            session = self._session(before, start_wall, None, self.options.settle_quiet_s)
+            session.accept = self.dialect.session_filter()
+            self._files.late = session
         if failed is not None:
             return [failed]
-        self._healthy()
+        self._backoff.healthy()
         out: list[CapturedWindow] = []
         deadline = time.monotonic() + max(0.0, window_s) + self._budget(timeout_s)
         while True:
-            out.extend(self._sweep_late())
-            if self._late is None or time.monotonic() >= deadline or self._closed.wait(self.poll_interval_s):
+            out.extend(self._files.sweep_late())
+            if (self._files.late is None or time.monotonic() >= deadline
+                    or self._closed.wait(self.options.poll_interval_s)):
                 return out
-
-    # -- start / stop --------------------------------------------------------------------
 
     def _start_refused(self, reply: Reply, error: str) -> CapturedWindow:
         if reply.status in (404, 405, 501):
             message = (
-                f"profiling is disabled on the server (POST /start_profile -> {error}). {self._enable_hint()}"
+                f"profiling is disabled on the server (POST /start_profile -> {error}). {self.dialect.enable_hint()}"
             )
-            return self._fail_and_back_off(message, disabled=True)
+            return self._backoff.fail(message, disabled=True)
         if reply.status in (401, 403):
-            has = "is set" if os.environ.get(self.token_env, "").strip() else "is not set"
+            token_env = self.options.token_env
+            has = "is set" if os.environ.get(token_env, "").strip() else "is not set"
             message = (
                 "the server refused the request "
                 f"(POST /start_profile -> HTTP {reply.status} {reply.reason}); "
-                f"a bearer token is read from the environment variable {self.token_env}, which {has}"
+                f"a bearer token is read from the environment variable {token_env}, which {has}"
             )
-            return self._fail_and_back_off(message)
-        if (reason := self._refusal_reason(reply)) is not None:
-            return self._refuse(reason, f"POST /start_profile -> {error}")
-        return self._fail_and_back_off(f"POST /start_profile -> {error}")
-
-    def _fail_and_back_off(self, message: str, *, disabled: bool = False) -> CapturedWindow:
-        delay = min(self.max_backoff_s, self.backoff_s * (2**self._failures))
-        self._failures = min(self._failures + 1, 60)
-        self._skip_until = self.backoff_clock() + delay
-        self._unhealthy = True
-        if disabled:
-            if not self._disabled_logged:
-                log.warning("%s: %s Skipping windows; next try in %.0f s.", self.name, message, delay)
-                self._disabled_logged = True
-            else:
-                log.debug("%s: still disabled; next try in %.0f s", self.name, delay)
-        else:
-            log.warning("%s: %s; next try in %.0f s", self.name, message, delay)
-        return CapturedWindow(source=self.name, path=None, error=message, outcome="failed")
-
-    def _refuse(self, reason: str, message: str) -> CapturedWindow:
-        """A window skipped on purpose (`sourcestats.SKIP_REASONS`): counted, logged, backed off."""
-        self._skipped[reason] += 1
-        return self._fail_and_back_off(message)
-
-    def _skip(self, reason: str, why: str) -> None:
-        self._skipped[reason] += 1
-        log.info("%s: no window this round: %s", self.name, why)
+            return self._backoff.fail(message)
+        if (reason := self.dialect.refusal_reason(reply)) == "profile_in_use":
+            return self._backoff.refuse(reason, f"a profile is already running on the server, someone else's "
+                                        f"(POST /start_profile -> {error}); not started, to leave it alone")
+        if reason is not None:
+            return self._backoff.refuse(reason, f"POST /start_profile -> {error}")
+        return self._backoff.fail(f"POST /start_profile -> {error}")

@@ -9,78 +9,75 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 from .. import CapturedWindow
 from ..files import TEMP_SUFFIXES
 from ..folders import list_traces
+from .dialect import Dialect
+from .options import ServerOptions
 from .session import Session
 
 log = logging.getLogger("warpwatch.capture.servers")
 
 
 class SessionFiles:
-    """Mixed into `base.ProfilingServerSource`, which sets the attributes below."""
+    """The trace folder as a source sees it: the sessions' files handed over as windows, the late
+    session (a window that gave up), the last finished one, and the files counted by kind
+    (`sourcestats.FILE_KINDS`)."""
 
-    name: str
-    trace_dir: Path
-    delete_processed: bool
-    poll_interval_s: float
-    late_timeout_s: float
-    settle_quiet_s: float
-    _closed: threading.Event
-    _late: Session | None
-    _recent: Session | None
-    _files: Counter[str]
+    def __init__(self, options: ServerOptions, dialect: Dialect, closed: threading.Event) -> None:
+        self.name = options.label
+        self.trace_dir = options.trace_dir
+        self.delete_processed = options.delete_processed
+        self.poll_interval_s = options.poll_interval_s
+        self.late_timeout_s = options.late_timeout_s
+        self.settle_quiet_s = options.settle_quiet_s
+        self._dialect = dialect
+        self._closed = closed
+        self.late: Session | None = None
+        """A session whose window is over and whose files are still awaited."""
+        self._recent: Session | None = None
+        """The last session that finished: one more look for files that showed late."""
+        self.counts: Counter[str] = Counter()
+        """Trace files by kind (`sourcestats.FILE_KINDS`)."""
 
-    def _is_trace_name(self, name: str) -> bool:
-        raise NotImplementedError
-
-    def _is_worker_trace(self, name: str) -> bool:
-        return True
-
-    def _labels_for(self, name: str) -> dict[str, str]:
-        raise NotImplementedError
-
-    def _enable_hint(self) -> str:
-        raise NotImplementedError
-
-    def _list_traces(self) -> dict[str, Path]:
+    def listing(self) -> dict[str, Path]:
         """The trace files in the folder that `confine` allows, by name (`folders.list_traces`)."""
         try:
-            listing = list_traces(self.trace_dir, lambda n: self._is_trace_name(n) and not n.endswith(TEMP_SUFFIXES))
+            is_trace = self._dialect.is_trace_name
+            listing = list_traces(self.trace_dir, lambda n: is_trace(n) and not n.endswith(TEMP_SUFFIXES))
         except OSError:
             return {}
         return listing.allowed()
 
-    def _poll(self, session: Session) -> list[CapturedWindow]:
+    def poll(self, session: Session) -> list[CapturedWindow]:
         """One look at the folder for `session`: windows for its worker files settled now."""
-        workers, others = session.poll(self._list_traces(), self._is_worker_trace)
+        workers, others = session.poll(self.listing(), self._dialect.is_worker_trace)
         for name, path in others:
             # The server's front end profiles itself too (vLLM's AsyncLLM: CPU only, no kernels):
             # not a window, neither failed nor empty; gone like the rest.
-            self._files["cpu_only"] += 1
+            self.counts["cpu_only"] += 1
             log.debug("%s: %s is the server's CPU-only front-end trace, not read", self.name, name)
             if self.delete_processed:
                 _DeleteWhenProcessed(self.name, path)(True)
         kind = "late" if session.given_up else "worker"
-        self._files[kind] += len(workers)
+        self.counts[kind] += len(workers)
         return [
             CapturedWindow(
                 source=self.name,
                 path=path,
-                labels=self._labels_for(name),
+                labels=self._dialect.labels_for(name),
                 requested=session.requested,
                 on_done=self._on_done(path),
             )
             for name, path in sorted(workers)
         ]
 
-    def _collect(self, session: Session, deadline: float, budget: float) -> list[CapturedWindow]:
+    def collect(self, session: Session, deadline: float, budget: float) -> list[CapturedWindow]:
         out: list[CapturedWindow] = []
         while True:
-            out.extend(self._poll(session))
+            out.extend(self.poll(session))
             if session.done() or time.monotonic() >= deadline:
                 break
             if self._closed.wait(self.poll_interval_s):
@@ -89,49 +86,43 @@ class SessionFiles:
         if session.done():
             self._recent = session
         else:
-            self._give_up(session)
+            self.give_up(session)
         out.extend(self._timed_out_windows(session, budget))
         log.debug("%s: window gave %d trace file(s)", self.name, len(session.handed))
         return out
 
-    def _late_filter(self, session: Session) -> Callable[[str], bool] | None:
-        """Which names may still be `session`'s once its window is over (None: any new one). A
-        server whose file names carry the session's id narrows it: a person's profile written
-        into the same folder meanwhile is not taken (nor deleted)."""
-        return session.accept
-
-    def _give_up(self, session: Session) -> None:
+    def give_up(self, session: Session) -> None:
         """The window is over, its session is not: it becomes the late session."""
-        session.accept = self._late_filter(session)
+        session.accept = self._dialect.late_filter(session)
         session.given_up = True
         session.quiet_s = max(session.quiet_s, self.settle_quiet_s)
         session.give_up_at = time.monotonic() + self.late_timeout_s
-        self._late = session
+        self.late = session
 
-    def _sweep_late(self) -> list[CapturedWindow]:
+    def sweep_late(self) -> list[CapturedWindow]:
         """Files of the late session that completed since; its end when done or too old. The last
         finished session gets one more look: a rank whose file showed after the window took the
         others as complete (a shared volume that shows files late) is still handed over."""
         out: list[CapturedWindow] = []
         if (recent := self._recent) is not None:
             self._recent = None
-            if self._late is None:
-                recent.accept = self._late_filter(recent)
+            if self.late is None:
+                recent.accept = self._dialect.late_filter(recent)
                 recent.given_up = True  # what comes now comes after its window
-                out = self._poll(recent)
+                out = self.poll(recent)
                 if recent.pending:
-                    self._give_up(recent)
-        session = self._late
+                    self.give_up(recent)
+        session = self.late
         if session is None:
             return out
-        out.extend(self._poll(session))
+        out.extend(self.poll(session))
         if session.done():
-            self._late = None
+            self.late = None
             if not session.given_up:
                 self._recent = session
         elif time.monotonic() >= session.give_up_at:
             for name, path in sorted(session.pending.items()):
-                self._files["abandoned"] += 1
+                self.counts["abandoned"] += 1
                 action = "deleted" if self.delete_processed else "left in place"
                 log.warning(
                     "%s: trace file %s still incomplete %.0f s after its window timed out; given up (%s)",
@@ -139,27 +130,27 @@ class SessionFiles:
                 )
                 if self.delete_processed:
                     _DeleteWhenProcessed(self.name, path)(True)
-            self._late = None
+            self.late = None
         return out
 
     def _timed_out_windows(self, session: Session, budget: float) -> list[CapturedWindow]:
         out: list[CapturedWindow] = []
         requested = session.requested
         for name in sorted(session.pending):
-            if not self._is_worker_trace(name):
+            if not self._dialect.is_worker_trace(name):
                 continue
             size = session.tracker.size(session.pending[name])
             out.append(self._timed_out(
                 f"trace file {name} still incomplete ({size if size is not None else '?'} bytes, "
                 f"not a complete gzip/JSON file) {budget:g} s after stop_profile; "
                 "raise flush_timeout_s (and the service's time-out) if flushing is this slow",
-                self._labels_for(name), requested,
+                self._dialect.labels_for(name), requested,
             ))
-        names = [*session.handed, *(n for n in session.pending if self._is_worker_trace(n))]
+        names = [*session.handed, *(n for n in session.pending if self._dialect.is_worker_trace(n))]
         found = len(names)
         want = session.want
         if want is not None and found < want:
-            ranks = [r for r in (self._labels_for(n).get("rank") for n in names) if r is not None]
+            ranks = [r for r in (self._dialect.labels_for(n).get("rank") for n in names) if r is not None]
             if len(ranks) == found and all(r.isdigit() for r in ranks):
                 missing = sorted(set(range(want)) - {int(r) for r in ranks})[: want - found]
                 for rank in missing:
@@ -178,7 +169,7 @@ class SessionFiles:
         elif found == 0:
             out.append(self._timed_out(
                 f"no new trace file in {self.trace_dir} {budget:g} s after stop_profile; check that this "
-                f"is the server's trace folder as the agent sees it. {self._enable_hint()}",
+                f"is the server's trace folder as the agent sees it. {self._dialect.enable_hint()}",
                 {}, requested,
             ))
         for w in out:

@@ -40,14 +40,17 @@ import json
 import os
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ...errors import ConfigError
 from .. import CapturedWindow
-from .base import DEFAULT_TOKEN_ENV, ProfilingServerSource
-from .client import Reply, RequestFailed, reply_error
+from .base import ProfilingServerSource
+from .client import Reply, RequestFailed, ServerClient, reply_error
+from .dialect import Backoff, Dialect
+from .options import ServerOptions
 from .session import Session
 
-__all__ = ["SglangSource"]
+__all__ = ["SglangDialect", "SglangSource"]
 
 _SUFFIX = ".trace.json.gz"
 _NAME = re.compile(
@@ -65,12 +68,6 @@ _STAGES = 2
 """A by-stage session writes one file per rank for prefill and one for decode."""
 
 
-def _staged(name: str) -> bool:
-    """A by-stage session's file: its name ends in a stage (a plain profile's files are not ours)."""
-    m = _NAME.match(name)
-    return m is not None and m.group("stage") is not None
-
-
 def parse_version(value: object) -> tuple[int, int, int] | None:
     """(major, minor, patch) of "0.4.6.post1" and the like; None for anything else."""
     if not isinstance(value, str) or not (m := _VERSION.match(value.strip())):
@@ -83,68 +80,15 @@ MAX_RANKS = 1024
 windows reported missing)."""
 
 
-def _ranks(info: dict[str, object]) -> int | None:
-    """Processes that write a trace, from the server's arguments (tp x pp, x dp without DP
-    attention); None when the answer does not say, or says something unbelievable."""
-    def size(key: str) -> int | None:
-        v = info.get(key, 1)
-        return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RANKS else None
+class SglangDialect(Dialect):
+    """SGLang's requests, which depend on the version read before each start (`before_start`),
+    and its trace names (see `SglangSource` for the settings and the labels)."""
 
-    sizes = [size("tp_size"), size("pp_size")] + ([] if info.get("enable_dp_attention") else [size("dp_size")])
-    if "tp_size" not in info or any(s is None for s in sizes):
-        return None
-    n = 1
-    for s in sizes:
-        n *= s or 1
-    return n if n <= MAX_RANKS else None
+    requests_before_start = 2  # GET /get_server_info, then /server_info where that is gone
 
-
-class SglangSource(ProfilingServerSource):
-    """Windows from an SGLang server's `POST /start_profile` (and, before 0.4.7, `/stop_profile`).
-
-    `trace_dir` is the folder as the agent sees it; `server_trace_dir` is the same folder as the
-    server sees it, sent as `output_dir` (default: `trace_dir`). `activities` are SGLang's
-    names ("CPU", "GPU"). `profiler_dir_env`: the server's environment has
-    `SGLANG_TORCH_PROFILER_DIR` (needed before 0.4.4, see the module doc). `num_steps`: steps
-    per stage of a by-stage session (0.4.7+). Labels: `{"rank": TP rank}` plus
-    `dp_rank`/`pp_rank`/`ep_rank` when the file name has them, else `{"process": file stem}`.
-    """
-
-    kind = "sglang"
-    _requests_before_start = 2  # GET /get_server_info, then /server_info where that is gone
-
-    def __init__(
-        self,
-        url: str,
-        trace_dir: str | os.PathLike[str],
-        *,
-        server_trace_dir: str | None = None,
-        activities: Sequence[str] = ("GPU",),
-        with_stack: bool = False,
-        record_shapes: bool = False,
-        profiler_dir_env: bool = False,
-        num_steps: int = DEFAULT_NUM_STEPS,
-        name: str | None = None,
-        delete_processed: bool = False,
-        token_env: str = DEFAULT_TOKEN_ENV,
-        request_timeout_s: float = 10.0,
-        flush_timeout_s: float = 60.0,
-        max_retries: int = 2,
-        retry_pause_s: float = 1.0,
-        backoff_s: float = 60.0,
-        max_backoff_s: float = 3600.0,
-        poll_interval_s: float = 0.5,
-        expected_files: int | None = None,
-        late_timeout_s: float = 900.0,
-        settle_quiet_s: float = 5.0,
-    ) -> None:
-        super().__init__(
-            url, trace_dir, name=name, delete_processed=delete_processed, token_env=token_env,
-            request_timeout_s=request_timeout_s, flush_timeout_s=flush_timeout_s, max_retries=max_retries,
-            retry_pause_s=retry_pause_s, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
-            poll_interval_s=poll_interval_s, expected_files=expected_files, late_timeout_s=late_timeout_s,
-            settle_quiet_s=settle_quiet_s,
-        )
+    def __init__(self, server_trace_dir: str, activities: Sequence[str] = ("GPU",), with_stack: bool = False,
+                 record_shapes: bool = False, profiler_dir_env: bool = False,
+                 num_steps: int = DEFAULT_NUM_STEPS) -> None:
         acts = [a.upper() for a in activities]
         if not acts or any(a not in ("CPU", "GPU") for a in acts):
             raise ConfigError(f"sglang source: activities must be among CPU, GPU; got {list(activities)!r}")
@@ -152,7 +96,7 @@ class SglangSource(ProfilingServerSource):
             raise ConfigError("sglang source: activities must include GPU (kernels are what warpwatch reads)")
         if not 1 <= num_steps <= 10_000:
             raise ConfigError(f"sglang source: num_steps must be between 1 and 10000, got {num_steps!r}")
-        self.server_trace_dir = server_trace_dir or str(self.trace_dir)
+        self.server_trace_dir = server_trace_dir
         self.activities = acts
         self.with_stack = with_stack
         self.record_shapes = record_shapes
@@ -160,49 +104,72 @@ class SglangSource(ProfilingServerSource):
         self.num_steps = int(num_steps)
         self.version: tuple[int, int, int] | None = None
         """The server's version as last read."""
-        self._ranks: int | None = None
+        self._rank_count: int | None = None
+
+    @staticmethod
+    def is_staged(name: str) -> bool:
+        """A by-stage session's file: its name ends in a stage (a plain profile's files are not ours)."""
+        m = _NAME.match(name)
+        return m is not None and m.group("stage") is not None
+
+    @staticmethod
+    def ranks(info: dict[str, object]) -> int | None:
+        """Processes that write a trace, from the server's arguments (tp x pp, x dp without DP
+        attention); None when the answer does not say, or says something unbelievable."""
+        def size(key: str) -> int | None:
+            v = info.get(key, 1)
+            return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RANKS else None
+
+        sizes = [size("tp_size"), size("pp_size")] + ([] if info.get("enable_dp_attention") else [size("dp_size")])
+        if "tp_size" not in info or any(s is None for s in sizes):
+            return None
+        n = 1
+        for s in sizes:
+            n *= s or 1
+        return n if n <= MAX_RANKS else None
 
     # -- the version and what it takes -----------------------------------------------------
 
-    def _server_info(self) -> tuple[dict[str, object] | None, CapturedWindow | None]:
+    def _server_info(self, client: ServerClient, timeout_s: float,
+                     backoff: Backoff) -> tuple[dict[str, object] | None, CapturedWindow | None]:
         missing: list[str] = []
         for path in ("/get_server_info", "/server_info"):
             try:
-                reply = self._client.request("GET", path, None, self.request_timeout_s)
+                reply = client.request("GET", path, None, timeout_s)
             except RequestFailed as exc:
                 what = "the server did not answer" if exc.delivered else "cannot reach the server"
-                return None, self._fail_and_back_off(f"{what}: GET {path}: {exc}")
+                return None, backoff.fail(f"{what}: GET {path}: {exc}")
             if reply.status in (404, 405):
                 missing.append(f"GET {path} -> HTTP {reply.status}")
                 continue
             if error := reply_error(reply):
-                return None, self._fail_and_back_off(f"GET {path} -> {error}")
+                return None, backoff.fail(f"GET {path} -> {error}")
             doc = reply.json()
             if isinstance(doc, dict):
                 return doc, None
-            return None, self._refuse("unsafe_request", f"GET {path} did not answer a JSON object ({reply.body}): "
+            return None, backoff.refuse("unsafe_request", f"GET {path} did not answer a JSON object ({reply.body}): "
                                       "cannot tell the SGLang version, so no profile is started")
-        return None, self._refuse(
+        return None, backoff.refuse(
             "unsafe_request",
             f"cannot tell the SGLang version ({'; '.join(missing)}), so no profile is started (a start "
-            f"some versions do not take stops the server). {self._enable_hint()}",
+            f"some versions do not take stops the server). {self.enable_hint()}",
         )
 
-    def _before_start(self) -> CapturedWindow | None:
-        info, failed = self._server_info()
+    def before_start(self, client: ServerClient, options: ServerOptions, backoff: Backoff) -> CapturedWindow | None:
+        info, failed = self._server_info(client, options.request_timeout_s, backoff)
         if info is None:
             return failed
         self.version = parse_version(info.get("version"))
-        self._ranks = _ranks(info)
+        self._rank_count = self.ranks(info)
         if self.version is None:
-            return self._refuse(
+            return backoff.refuse(
                 "unsafe_request",
                 f"the server reports no SGLang version (version={info.get('version')!r}), so no profile is "
                 "started: what a start request does, and whether it stops the server, depends on it",
             )
         if self.version < _CHECKED_START and not self.profiler_dir_env:
             v = ".".join(map(str, self.version))
-            return self._refuse(
+            return backoff.refuse(
                 "unsafe_request",
                 f"SGLang {v} stops the whole server when /start_profile is called without "
                 "SGLANG_TORCH_PROFILER_DIR in its environment (\"Profiler is not enabled.\"), and the agent "
@@ -210,8 +177,8 @@ class SglangSource(ProfilingServerSource):
                 "profiler_dir_env=1 on this source (dir= being that folder as the agent sees it); or "
                 "upgrade SGLang to 0.4.4 or later",
             )
-        if self._step_bounded() and self._expected() is None:
-            return self._refuse(
+        if self.step_bounded() and self.expected(options.expected_files) is None:
+            return backoff.refuse(
                 "unsafe_request",
                 "the server reports no tp_size, so the end of a by-stage profile cannot be told, and a new "
                 "start while one records stops a server with SGLANG_PROFILE_V2=1: no profile is started "
@@ -219,7 +186,7 @@ class SglangSource(ProfilingServerSource):
             )
         return None
 
-    def _start_body(self) -> bytes | None:
+    def start_body(self) -> bytes | None:
         if self.version is not None and self.version < _CHECKED_START:
             return None  # these routes take no body; the traces go to SGLANG_TORCH_PROFILER_DIR
         body: dict[str, object] = {
@@ -228,44 +195,35 @@ class SglangSource(ProfilingServerSource):
             "with_stack": self.with_stack,
             "record_shapes": self.record_shapes,
         }
-        if self._step_bounded():
+        if self.step_bounded():
             body.update(profile_by_stage=True, num_steps=self.num_steps)
         return json.dumps(body).encode()
 
-    def _refusal_reason(self, reply: Reply) -> str | None:
+    def refusal_reason(self, reply: Reply) -> str | None:
         # From 0.4.4 a start while a profile runs is the scheduler's refusal, which the route
         # turns into a 500 (the tokenizer manager raises it); a 500 is what that looks like.
         if reply.status == 500 and self.version is not None and self.version >= _CHECKED_START:
             return "profile_in_use"
         return None
 
-    def _start_refused(self, reply: Reply, error: str) -> CapturedWindow:
-        if self._refusal_reason(reply) == "profile_in_use":
-            return self._refuse(
-                "profile_in_use",
-                f"a profile is already running on the server, someone else's (POST /start_profile -> {error}); "
-                "not started, to leave it alone",
-            )
-        return super()._start_refused(reply, error)
-
-    def _stop_waits_for_files(self) -> bool:
+    def stop_waits_for_files(self) -> bool:
         return self.version is None or self.version >= _CHECKED_START
 
-    def _expected(self) -> int | None:
-        ranks = self.expected_files if self.expected_files is not None else self._ranks
-        if ranks is not None and self._step_bounded():
+    def expected(self, expected_files: int | None) -> int | None:
+        ranks = expected_files if expected_files is not None else self._rank_count
+        if ranks is not None and self.step_bounded():
             return ranks * _STAGES  # one file per rank for each stage
         return ranks
 
     # -- 0.4.7+: step-bounded sessions -----------------------------------------------------
 
-    def _step_bounded(self) -> bool:
+    def step_bounded(self) -> bool:
         return self.version is not None and self.version >= _STAGE_ONLY
 
-    def _session_filter(self) -> Callable[[str], bool]:
-        return _staged
+    def session_filter(self) -> Callable[[str], bool]:
+        return self.is_staged
 
-    def _late_filter(self, session: Session) -> Callable[[str], bool] | None:
+    def late_filter(self, session: Session) -> Callable[[str], bool] | None:
         # From 0.4.4 every rank of one profile writes the same profile id (the tokenizer
         # manager's, sent with the request): once one file is known, later
         # files of the session are the ones with that id.
@@ -282,10 +240,10 @@ class SglangSource(ProfilingServerSource):
 
     # -- names -----------------------------------------------------------------------------
 
-    def _is_trace_name(self, name: str) -> bool:
+    def is_trace_name(self, name: str) -> bool:
         return name.endswith(_SUFFIX) and not name.startswith("merged-")
 
-    def _labels_for(self, name: str) -> dict[str, str]:
+    def labels_for(self, name: str) -> dict[str, str]:
         m = _NAME.match(name)
         if m is None:
             return {"process": name[: -len(_SUFFIX)] if name.endswith(_SUFFIX) else name}
@@ -295,10 +253,60 @@ class SglangSource(ProfilingServerSource):
                 labels[f"{kind}_rank"] = m.group(kind)
         return labels
 
-    def _enable_hint(self) -> str:
+    def enable_hint(self) -> str:
         return (
             "SGLang (v0.4+) serves GET /get_server_info and POST /start_profile without any flag: point the "
             "source at the server itself, not at a router or gateway that does not forward them; traces go "
             f"to the request's output_dir ({self.server_trace_dir}), else the server's "
             "SGLANG_TORCH_PROFILER_DIR, else /tmp."
         )
+
+
+class SglangSource(ProfilingServerSource):
+    """Windows from an SGLang server's `POST /start_profile` (and, before 0.4.7, `/stop_profile`).
+
+    `trace_dir` is the folder as the agent sees it; `server_trace_dir` is the same folder as the
+    server sees it, sent as `output_dir` (default: `trace_dir`). `activities` are SGLang's
+    names ("CPU", "GPU"). `profiler_dir_env`: the server's environment has
+    `SGLANG_TORCH_PROFILER_DIR` (needed before 0.4.4, see the module doc). `num_steps`: steps
+    per stage of a by-stage session (0.4.7+). Labels: `{"rank": TP rank}` plus
+    `dp_rank`/`pp_rank`/`ep_rank` when the file name has them, else `{"process": file stem}`.
+    """
+
+    kind = "sglang"
+    dialect: SglangDialect
+
+    def __init__(
+        self,
+        url: str,
+        trace_dir: str | os.PathLike[str],
+        *,
+        server_trace_dir: str | None = None,
+        activities: Sequence[str] = ("GPU",),
+        with_stack: bool = False,
+        record_shapes: bool = False,
+        profiler_dir_env: bool = False,
+        num_steps: int = DEFAULT_NUM_STEPS,
+        **options: Any,
+    ) -> None:
+        settings = ServerOptions.of(self.kind, url, trace_dir, **options)
+        dialect = SglangDialect(server_trace_dir or str(settings.trace_dir), activities, with_stack, record_shapes,
+                                profiler_dir_env, num_steps)
+        super().__init__(settings, dialect)
+
+    @property
+    def version(self) -> tuple[int, int, int] | None:
+        """The server's version as last read."""
+        return self.dialect.version
+
+    @property
+    def server_trace_dir(self) -> str:
+        return self.dialect.server_trace_dir
+
+    @property
+    def profiler_dir_env(self) -> bool:
+        return self.dialect.profiler_dir_env
+
+    @property
+    def num_steps(self) -> int:
+        return self.dialect.num_steps

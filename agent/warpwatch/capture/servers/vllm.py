@@ -38,17 +38,20 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError
 from .. import CapturedWindow
 from .base import ProfilingServerSource
 from .client import Reply
+from .dialect import Dialect
+from .options import ServerOptions
 from .profilerextras import recorded_extras
 from .session import Session
 
-__all__ = ["VllmSource"]
+__all__ = ["VllmDialect", "VllmSource"]
 
 log = logging.getLogger("warpwatch.capture.servers")
 
@@ -74,6 +77,85 @@ def _worker(name: str) -> str:
     return m.group("worker") if m else stem
 
 
+class VllmDialect(Dialect):
+    """vLLM's requests (the start's `max_iterations`, a 409 for a profile already running) and
+    trace names (see `VllmSource` for the labels)."""
+
+    def __init__(self, trace_dir: str | os.PathLike[str], max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 0 <= max_steps <= MAX_STEPS_LIMIT:
+            raise ConfigError(f"vllm source: max_steps must be an integer from 0 to {MAX_STEPS_LIMIT} "
+                              f"(0: the whole window), got {max_steps!r}")
+        self.trace_dir = Path(trace_dir)
+        self.max_steps = max_steps
+        self._inspected = 0
+        self._front_end_warned = False
+
+    def inspect_windows(self, source: str, trace_dir: Path, windows: list[CapturedWindow],
+                        files: Mapping[str, int]) -> None:
+        """Warn once, loudly, when the server's profiler records stacks, memory or shapes, and
+        when its API server profiles itself."""
+        if files.get("cpu_only") and not self._front_end_warned:
+            self._front_end_warned = True
+            log.warning(
+                "%s: vLLM's API server profiles itself during each window (its CPU-only *.async_llm.* trace): "
+                "at each stop it exports that trace and builds a table in the process that streams tokens to "
+                "clients, a stall the engine's inter-token latency histogram does not show (so the agent "
+                "underestimates its cost). Add \"ignore_frontend\": true to vLLM's --profiler-config "
+                "(docs/overhead.md)", source)
+        for w in windows:
+            if w.path is None or self._inspected >= INSPECTED_WINDOWS:
+                continue
+            self._inspected += 1
+            if extras := recorded_extras(w.path):
+                self._inspected = INSPECTED_WINDOWS
+                log.warning(
+                    "%s: the server's profiler records %s: each window costs the server far more than its "
+                    "kernels (a stop took 66 s with stacks on the CPU build). Start vLLM with --profiler-config "
+                    "'{\"profiler\": \"torch\", \"torch_profiler_dir\": \"%s\", %s, "
+                    "\"ignore_frontend\": true}' (docs/overhead.md)",
+                    source, ", ".join(extras), trace_dir, ", ".join(f'\"{e}\": false' for e in extras))
+
+    def start_body(self) -> bytes | None:
+        return json.dumps({"max_iterations": self.max_steps}).encode() if self.max_steps else None
+
+    def is_trace_name(self, name: str) -> bool:
+        return name.endswith(_SUFFIXES)
+
+    def is_worker_trace(self, name: str) -> bool:
+        return not _worker(name).endswith(_FRONT_END)
+
+    def labels_for(self, name: str) -> dict[str, str]:
+        worker = _worker(name)
+        if m := _V17_RANKS.search(worker):
+            labels = {f"{k}_rank": v for k, v in m.groupdict().items() if k != "rank" and v is not None}
+            if m.group("rank") is not None:
+                labels["rank"] = m.group("rank")
+            return labels
+        r = _V1_RANK.search(worker) or _BARE_RANK.search(worker)
+        return {"rank": r.group("rank")} if r else {"process": worker}
+
+    def refusal_reason(self, reply: Reply) -> str | None:
+        return "profile_in_use" if reply.status == 409 else None
+
+    def late_filter(self, session: Session) -> Callable[[str], bool] | None:
+        # vLLM's names carry no session id, but each worker writes one file per session: once
+        # a worker's file is handed over, a later file of that worker is another session's (a
+        # person's profile in the same folder), not to be read or deleted here.
+        base = session.accept
+
+        def worker_still_due(name: str) -> bool:
+            return _worker(name) not in {_worker(n) for n in session.handed} and (base is None or base(name))
+
+        return worker_still_due
+
+    def enable_hint(self) -> str:
+        return (
+            "Start vLLM (v0.13+) with --profiler-config "
+            f'\'{{"profiler": "torch", "torch_profiler_dir": "{self.trace_dir}"}}\', '
+            f"or older vLLM with VLLM_TORCH_PROFILER_DIR={self.trace_dir}."
+        )
+
+
 class VllmSource(ProfilingServerSource):
     """Windows from a vLLM server's `POST /start_profile` and `POST /stop_profile`.
 
@@ -86,83 +168,14 @@ class VllmSource(ProfilingServerSource):
     """
 
     kind = "vllm"
+    dialect: VllmDialect
 
     def __init__(self, url: str, trace_dir: str | os.PathLike[str], *, max_steps: int = DEFAULT_MAX_STEPS,
                  **options: Any) -> None:
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 0 <= max_steps <= MAX_STEPS_LIMIT:
-            raise ConfigError(f"vllm source: max_steps must be an integer from 0 to {MAX_STEPS_LIMIT} "
-                              f"(0: the whole window), got {max_steps!r}")
-        super().__init__(url, trace_dir, **options)
-        self.max_steps = max_steps
-        self._inspected = 0
-        self._front_end_warned = False
+        dialect = VllmDialect(trace_dir, max_steps)
+        super().__init__(ServerOptions.of(self.kind, url, trace_dir, **options), dialect)
 
-    def inspect_windows(self, windows: list[CapturedWindow]) -> None:
-        """Warn once, loudly, when the server's profiler records stacks, memory or shapes, and
-        when its API server profiles itself."""
-        if self._files["cpu_only"] and not self._front_end_warned:
-            self._front_end_warned = True
-            log.warning(
-                "%s: vLLM's API server profiles itself during each window (its CPU-only *.async_llm.* trace): "
-                "at each stop it exports that trace and builds a table in the process that streams tokens to "
-                "clients, a stall the engine's inter-token latency histogram does not show (so the agent "
-                "underestimates its cost). Add \"ignore_frontend\": true to vLLM's --profiler-config "
-                "(docs/overhead.md)", self.name)
-        for w in windows:
-            if w.path is None or self._inspected >= INSPECTED_WINDOWS:
-                continue
-            self._inspected += 1
-            if extras := recorded_extras(w.path):
-                self._inspected = INSPECTED_WINDOWS
-                log.warning(
-                    "%s: the server's profiler records %s: each window costs the server far more than its "
-                    "kernels (a stop took 66 s with stacks on the CPU build). Start vLLM with --profiler-config "
-                    "'{\"profiler\": \"torch\", \"torch_profiler_dir\": \"%s\", %s, "
-                    "\"ignore_frontend\": true}' (docs/overhead.md)",
-                    self.name, ", ".join(extras), self.trace_dir, ", ".join(f'\"{e}\": false' for e in extras))
-
-    def _start_body(self) -> bytes | None:
-        return json.dumps({"max_iterations": self.max_steps}).encode() if self.max_steps else None
-
-    def _is_trace_name(self, name: str) -> bool:
-        return name.endswith(_SUFFIXES)
-
-    def _is_worker_trace(self, name: str) -> bool:
-        return not _worker(name).endswith(_FRONT_END)
-
-    def _labels_for(self, name: str) -> dict[str, str]:
-        worker = _worker(name)
-        if m := _V17_RANKS.search(worker):
-            labels = {f"{k}_rank": v for k, v in m.groupdict().items() if k != "rank" and v is not None}
-            if m.group("rank") is not None:
-                labels["rank"] = m.group("rank")
-            return labels
-        r = _V1_RANK.search(worker) or _BARE_RANK.search(worker)
-        return {"rank": r.group("rank")} if r else {"process": worker}
-
-    def _refusal_reason(self, reply: Reply) -> str | None:
-        return "profile_in_use" if reply.status == 409 else None
-
-    def _start_refused(self, reply: Reply, error: str) -> CapturedWindow:
-        if self._refusal_reason(reply) == "profile_in_use":
-            return self._refuse("profile_in_use", f"a profile is already running on the server, someone "
-                                f"else's (POST /start_profile -> {error}); not started, to leave it alone")
-        return super()._start_refused(reply, error)
-
-    def _late_filter(self, session: Session) -> Callable[[str], bool] | None:
-        # vLLM's names carry no session id, but each worker writes one file per session: once
-        # a worker's file is handed over, a later file of that worker is another session's (a
-        # person's profile in the same folder), not to be read or deleted here.
-        base = session.accept
-
-        def worker_still_due(name: str) -> bool:
-            return _worker(name) not in {_worker(n) for n in session.handed} and (base is None or base(name))
-
-        return worker_still_due
-
-    def _enable_hint(self) -> str:
-        return (
-            "Start vLLM (v0.13+) with --profiler-config "
-            f'\'{{"profiler": "torch", "torch_profiler_dir": "{self.trace_dir}"}}\', '
-            f"or older vLLM with VLLM_TORCH_PROFILER_DIR={self.trace_dir}."
-        )
+    @property
+    def max_steps(self) -> int:
+        """Engine steps a worker records per window (`max_iterations`; 0: the whole window)."""
+        return self.dialect.max_steps
