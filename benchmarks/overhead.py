@@ -10,18 +10,20 @@ period in force). Arms (`--arms`; `overheadkit.vllmarms.ARMS`):
 
     none      no agent
     default   the agent at its defaults: 1 s every 60 s, windows of 16 engine steps, budget 1 %
-    duty10    1 s every 10 s
-    plain     1 s every 10 s, plain wall-clock windows (max_steps=0: the behaviour before 3a58b79),
-              --overhead-budget 100 % (no budget existed then; at 1 % the first stop stretches the
-              period past the arm)
-    stacks    1 s every 10 s, a second server with torch_profiler_with_stack true (vLLM's default)
-    (extra)   plain-budget: plain at the default budget; stacks-plain: plain windows, stacks on
+    duty10    1 s every 10 s, --overhead-budget 100 % (at 1 % the first window's stall stretches the
+              period past the arm: `duty10-budget`)
+    plain     duty10 with plain wall-clock windows (max_steps=0: the behaviour before 3a58b79, when
+              there was no budget)
+    stacks    a second server with torch_profiler_with_stack true (vLLM's default): 1 s every 60 s,
+              no budget; its windows stall the server for about a minute each, so an arm holds one
+    lean      duty10 on a third server with ignore_frontend true (no profiler in the API server)
+    (extra)   duty10-budget, plain-budget (the default budget), stacks-plain, lean-default
 
 Then the kineto-daemon path (`overheadkit.daemonarms`): a torch loop of CPU matmuls under
 KINETO_USE_DAEMON=1, no agent and the agent at 1 s every 10 s taking turns; steps/s and step time
 p50/p99 inside and outside windows.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 3] [--arm-seconds 75] [--json out.json]
+    .venv/bin/python benchmarks/overhead.py [--rounds 3] [--arm-seconds 70] [--json out.json]
     .venv/bin/python benchmarks/overhead.py --quick        # one round of short arms: a smoke run
 """
 
@@ -62,9 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=sorted(ARMS))
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--arm-seconds", type=float, default=75.0,
-                   help="each vLLM arm (the default arm's second window comes 60-65 s after its first)")
-    p.add_argument("--daemon-seconds", type=float, default=30.0, help="each kineto-daemon arm")
+    p.add_argument("--arm-seconds", type=float, default=70.0,
+                   help="each vLLM arm, before its last window ends (at defaults a second window comes 60-65 s "
+                        "after the first, unless the budget stretched the period)")
+    p.add_argument("--daemon-seconds", type=float, default=25.0, help="each kineto-daemon arm")
     p.add_argument("--streams", type=int, default=4)
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--output-tokens", type=int, default=32)
@@ -97,7 +100,7 @@ def run_vllm(args: argparse.Namespace, root: Path, loads: LoadAverage) -> tuple[
     try:
         for which in dict.fromkeys(ARMS[k].server for k in args.arms):
             targets[which] = start_target(python, model, root, which)
-            log(f"vLLM with stacks {which.replace('stacks', 'on')} at {targets[which].server.url}")
+            log(f"vLLM '{which}' at {targets[which].server.url}")
         for r in range(args.rounds):
             for key in args.arms:
                 run = run_arm(ARMS[key], targets[ARMS[key].server], shape, args.arm_seconds, r, root)

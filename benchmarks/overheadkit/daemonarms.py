@@ -34,13 +34,13 @@ from .watch import TraceFile, TraceKeeper, TreeSampler
 CLIENT = """
 import array, os, sys, time
 import torch
-stop, out = sys.argv[1], sys.argv[2]
+stop, out, deadline = sys.argv[1], sys.argv[2], time.time() + float(sys.argv[3])
 torch.manual_seed(0)
 torch.set_num_threads(1)
 a, b = torch.randn(256, 256), torch.randn(256, 256)
 steps = array.array("d")
 n = 0
-while n % 64 or not os.path.exists(stop):
+while n % 64 or not (os.path.exists(stop) or time.time() > deadline):
     t0 = time.time()
     for _ in range(4):
         a = (a @ b).tanh()
@@ -71,14 +71,14 @@ class DaemonArm:
 
 
 class TorchLoop:
-    """The client process, for the whole section."""
+    """The client process, for the whole section (it ends by itself after `lifetime_s` at the latest)."""
 
-    def __init__(self, peer: Peer) -> None:
+    def __init__(self, peer: Peer, lifetime_s: float) -> None:
         self.stop_file = peer.root / "stop"
         self.out = peer.root / "steps.bin"
         self.log = open(peer.root / "client.log", "wb")  # noqa: SIM115 (closed in finish)
-        self.proc = subprocess.Popen([sys.executable, "-c", CLIENT, str(self.stop_file), str(self.out)],
-                                     env=peer.env(), stdout=self.log, stderr=self.log)
+        args = [sys.executable, "-c", CLIENT, str(self.stop_file), str(self.out), str(lifetime_s)]
+        self.proc = subprocess.Popen(args, env=peer.env(), stdout=self.log, stderr=self.log)
 
     def finish(self, timeout_s: float = 120.0) -> list[Span]:
         """Asks the loop to end; its steps as (start, seconds)."""
@@ -127,7 +127,7 @@ def run_daemon_arm(key: str, peer: Peer, keeper: TraceKeeper, arm_s: float, roun
 def run_daemon_section(peer: Peer, rounds: int, arm_s: float, log: Any) -> list[DaemonArm]:
     """`rounds` x (no agent, agent), interleaved, beside one torch loop."""
     keeper = TraceKeeper(peer.trace_dir, peer.root / "keep")
-    loop = TorchLoop(peer)
+    loop = TorchLoop(peer, lifetime_s=rounds * len(ARM_KEYS) * (arm_s + 60.0) + 120.0)
     arms: list[DaemonArm] = []
     try:
         time.sleep(3.0)  # torch imported, the loop running

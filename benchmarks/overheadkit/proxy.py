@@ -1,12 +1,13 @@
 """A pass-through HTTP proxy in front of vLLM for the agent: every request is forwarded as it came
-(method, path, body, content type), and the profiler calls are timed on the monotonic clock.
+(method, path, body, content type) and timed on the monotonic clock.
 
 vLLM 0.32 logs `Profiler started.` and `Profiler stopped successfully.` only once per process
 (`info_once`), with second-resolution times, so its log cannot say when each window ran. The proxy
 can: a window runs from the agent's `POST /start_profile` (as the proxy received it) to the answer to
 its `POST /stop_profile` (as vLLM gave it), the span the agent itself counts as inside a window. The
-stop's time from request to answer is the engine's stop time. The proxy keeps waiting for vLLM's
-answer even when the agent stopped waiting or exited.
+stop's time from request to answer is the engine's stop time. The agent's reads of vLLM's /metrics
+around each window say which span its served-latency reading counts as inside (`agent_spans`).
+The proxy keeps waiting for vLLM's answer even when the agent stopped waiting or exited.
 """
 
 from __future__ import annotations
@@ -71,12 +72,16 @@ class ProfileProxy:
             path, sent = self._pending.pop(key)
             self.calls.append(Call(path, sent, time.monotonic(), status))
 
+    def _sorted(self, paths: tuple[str, ...] = PROFILE_PATHS) -> list[Call]:
+        with self._lock:
+            return sorted((c for c in self.calls if c.path in paths), key=lambda c: c.sent)
+
     def busy(self) -> bool:
         """A profiler call is waiting for vLLM, or a started window has no stop answered yet."""
         with self._lock:
-            if self._pending:
+            if any(path in PROFILE_PATHS for path, _ in self._pending.values()):
                 return True
-            calls = sorted(self.calls, key=lambda c: c.sent)
+        calls = self._sorted()
         open_ = False
         for c in calls:
             if c.path == "/start_profile" and c.status == 200:
@@ -87,8 +92,7 @@ class ProfileProxy:
 
     def windows(self, since: float, until: float) -> list[Window]:
         """Windows that began in [since, until): a successful start to the next stop's answer."""
-        with self._lock:
-            calls = sorted(self.calls, key=lambda c: c.sent)
+        calls = self._sorted()
         out: list[Window] = []
         start: float | None = None
         for c in calls:
@@ -100,6 +104,21 @@ class ProfileProxy:
                 start = None
         if start is not None and since <= start < until:
             out.append(Window(start, until, None))
+        return out
+
+
+    def agent_spans(self, windows: list[Window]) -> list[tuple[float, float]]:
+        """Per window, the span the agent counts as inside it: from its last read of the server's
+        /metrics before the start to its first read after the stop's answer (`servedlatency`: the
+        histogram is read just before a window starts and just after it ended), each read taken
+        when the server answered it. Windows without both reads are left out."""
+        reads = self._sorted(("/metrics",))
+        out = []
+        for w in windows:
+            before = [c.answered for c in reads if c.answered <= w.start]
+            after = [c.answered for c in reads if c.sent >= w.end]
+            if before and after and w.stop_s is not None:
+                out.append((before[-1], after[0]))
         return out
 
 
@@ -120,11 +139,10 @@ def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestH
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             path = self.path.split("?", 1)[0]
-            key = proxy.began(path, time.monotonic()) if path in PROFILE_PATHS else None
+            key = proxy.began(path, time.monotonic())
             status, ctype, data = _upstream(host, port, self.command, self.path, body,
                                             {k: v for k, v in self.headers.items() if k.lower() in FORWARDED})
-            if key is not None:
-                proxy.ended(key, status)
+            proxy.ended(key, status)
             with contextlib.suppress(OSError):  # the agent may have given up on this call
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)

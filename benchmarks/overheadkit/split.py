@@ -27,6 +27,24 @@ def pct(values: Sequence[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+AROUND = (1.0, 5.0)
+"""Seconds before a window's start and after its stop's answer that count as its neighbourhood:
+a stall that outlasts the stop's answer (a worker still writing its table) falls in it."""
+
+
+def merged(spans: Iterable[Span], t0: float, t1: float) -> list[Span]:
+    """`spans` clipped to [t0, t1], overlapping ones joined, in order."""
+    out: list[Span] = []
+    for a, b in sorted((max(a, t0), min(b, t1)) for a, b in spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def overlaps(a: float, b: float, windows: Sequence[Span]) -> bool:
     return any(a < we and b > ws for ws, we in windows)
 
@@ -53,17 +71,32 @@ class ServedSamples:
     """(gap before a chunk, tokens in that chunk, inside a window)."""
     longest_stall_s: float = 0.0
     errors: int = 0
+    agent_in: tuple[float, int] = (0.0, 0)
+    """Inter-token gaps (ms) and tokens that arrived inside the agent's own spans (`proxy.agent_spans`)."""
+    agent_out: tuple[float, int] = (0.0, 0)
+    around: tuple[float, int] = (0.0, 0)
+    """Seconds and tokens around the windows (`AROUND`, overlaps merged), clipped to the arm."""
 
     def merge(self, other: ServedSamples) -> ServedSamples:
         return ServedSamples(
             self.seconds + other.seconds, self.window_seconds + other.window_seconds, self.windows + other.windows,
             self.tokens + other.tokens, self.tokens_inside + other.tokens_inside, self.ttft_ms + other.ttft_ms,
             self.gaps_ms + other.gaps_ms, max(self.longest_stall_s, other.longest_stall_s),
-            self.errors + other.errors)
+            self.errors + other.errors, _add(self.agent_in, other.agent_in), _add(self.agent_out, other.agent_out),
+            _add(self.around, other.around))
 
 
-def served_samples(requests: Sequence[Request], windows: Sequence[Span], t0: float, t1: float) -> ServedSamples:
+def _add(a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def served_samples(requests: Sequence[Request], windows: Sequence[Span], t0: float, t1: float,
+                   agent_spans: Sequence[Span] = ()) -> ServedSamples:
+    """`windows` as the proxy saw them; `agent_spans` as the agent counts them (a token belongs
+    to the span it arrived in, as in the server's histogram)."""
     out = ServedSamples(seconds=t1 - t0, window_seconds=clipped_seconds(windows, t0, t1), windows=len(windows))
+    near = merged(((a - AROUND[0], b + AROUND[1]) for a, b in windows), t0, t1)
+    out.around = (sum(b - a for a, b in near), 0)
     last: dict[int, float] = {}
     for r in requests:
         if r.error is not None and t0 <= r.sent < t1:
@@ -73,15 +106,30 @@ def served_samples(requests: Sequence[Request], windows: Sequence[Span], t0: flo
             if t0 <= t < t1:
                 out.tokens += n
                 out.tokens_inside += n if within(t, windows) else 0
+                out.around = (out.around[0], out.around[1] + (n if within(t, near) else 0))
                 if i == 0:
                     out.ttft_ms.append(((t - r.sent) * 1e3, overlaps(r.sent, t, windows)))
                 else:
                     out.gaps_ms.append(((t - prev) * 1e3, n, overlaps(prev, t, windows)))
+                    _by_span(out, (t - prev) * 1e3, n, within(t, agent_spans))
                 if r.stream in last:
                     out.longest_stall_s = max(out.longest_stall_s, t - last[r.stream])
             last[r.stream] = t
             prev = t
     return out
+
+
+def _by_span(out: ServedSamples, gap_ms: float, n: int, inside: bool) -> None:
+    if inside:
+        out.agent_in = _add(out.agent_in, (gap_ms, n))
+    else:
+        out.agent_out = _add(out.agent_out, (gap_ms, n))
+
+
+def _ratio(inside: tuple[float, int], outside: tuple[float, int]) -> float | None:
+    if not inside[1] or not outside[1] or not outside[0]:
+        return None
+    return round((inside[0] / inside[1]) / (outside[0] / outside[1]) - 1.0, 4)
 
 
 def _mean_itl(gaps: Iterable[tuple[float, int, bool]]) -> float | None:
@@ -96,6 +144,17 @@ def _ms(values: Sequence[float]) -> dict[str, float | None]:
 
 def _round(v: float | None, digits: int = 2) -> float | None:
     return None if v is None else round(v, digits)
+
+
+def lost_near_windows(s: ServedSamples) -> float | None:
+    """Serving seconds lost per window, within the arm: the tokens missing around the windows
+    against the rate of the rest of the arm, in seconds of that rate."""
+    seconds, tokens = s.around
+    rest_s = s.seconds - seconds
+    if not s.windows or rest_s <= 0 or s.tokens - tokens <= 0:
+        return None
+    rate = (s.tokens - tokens) / rest_s
+    return (seconds * rate - tokens) / rate / s.windows
 
 
 def served_summary(s: ServedSamples) -> dict[str, object]:
@@ -119,7 +178,9 @@ def served_summary(s: ServedSamples) -> dict[str, object]:
         "itl_outside_ms": _ms([g for g, _, _ in outside]),
         "itl_mean_inside_ms": _round(mean_in, 3), "itl_mean_outside_ms": _round(mean_out, 3),
         "client_slowdown": _round(mean_in / mean_out - 1.0, 4) if mean_in and mean_out else None,
+        "client_slowdown_agent_spans": _ratio(s.agent_in, s.agent_out),
         "longest_stall_s": round(s.longest_stall_s, 3), "errors": s.errors,
+        "lost_s_per_window_near": _round(lost_near_windows(s), 3),
     }
 
 

@@ -37,7 +37,7 @@ class Arm:
     key: str
     label: str
     server: str = "off"
-    """Which server: "off" (torch_profiler_with_stack false) or "stacks" (true)."""
+    """Which server (`SERVER_CONFIGS`)."""
     agent_args: tuple[str, ...] | None = None
     """None: no agent."""
     spec_extra: str = ""
@@ -49,16 +49,23 @@ ARMS = {a.key: a for a in (
     Arm("duty10", "1 s every 10 s, 16 steps", agent_args=(*DUTY10, *NO_BUDGET)),
     Arm("plain", "1 s every 10 s, plain windows (max_steps=0)", agent_args=(*DUTY10, *NO_BUDGET),
         spec_extra=",max_steps=0"),
-    Arm("stacks", "1 s every 10 s, 16 steps, server with stacks on", server="stacks",
+    Arm("stacks", "1 s every 60 s, 16 steps, no budget, server with stacks on", server="stacks",
+        agent_args=NO_BUDGET),
+    Arm("lean", "1 s every 10 s, 16 steps, server with ignore_frontend", server="lean",
         agent_args=(*DUTY10, *NO_BUDGET)),
+    Arm("lean-default", "agent at its defaults, server with ignore_frontend", server="lean", agent_args=()),
     Arm("duty10-budget", "1 s every 10 s, 16 steps, budget 1 %", agent_args=DUTY10),
     Arm("plain-budget", "1 s every 10 s, plain windows, budget 1 %", agent_args=DUTY10, spec_extra=",max_steps=0"),
     Arm("stacks-plain", "1 s every 10 s, plain windows, server with stacks on", server="stacks",
         agent_args=(*DUTY10, *NO_BUDGET), spec_extra=",max_steps=0"),
 )}
-DEFAULT_ARMS = ("none", "default", "duty10", "plain", "stacks")
+DEFAULT_ARMS = ("none", "default", "duty10", "plain", "stacks", "lean")
 
-SERVER_CONFIGS = {"off": {"torch_profiler_with_stack": False}, "stacks": {"torch_profiler_with_stack": True}}
+SERVER_CONFIGS = {"off": {"torch_profiler_with_stack": False}, "stacks": {"torch_profiler_with_stack": True},
+                  "lean": {"torch_profiler_with_stack": False, "ignore_frontend": True}}
+"""The servers' --profiler-config beside profiler and torch_profiler_dir: "off" is what the README
+recommends, "stacks" vLLM's default, "lean" leaves out the API server's own profiler (vLLM warns
+that with max_iterations and without ignore_frontend a profile "may result in high overhead")."""
 
 
 @dataclass
@@ -95,6 +102,8 @@ class ArmRun:
     files: int
     agent: dict[str, Any] = field(default_factory=dict)
     load1: float | None = None
+    starts: list[float] = field(default_factory=list)
+    """The windows' starts (monotonic clock)."""
 
 
 def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: int, root: Path) -> ArmRun:
@@ -114,12 +123,13 @@ def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: in
         load.stop()
     windows = target.proxy.windows(spawned, t1)
     t0 = min([t0, *(w.start for w in windows)])
-    samples = served_samples(load.requests, [(w.start, w.end) for w in windows], t0, t1)
+    samples = served_samples(load.requests, [(w.start, w.end) for w in windows], t0, t1,
+                             target.proxy.agent_spans(windows))
     files = target.keeper.collect()
     target.keeper.forget(files, remove_originals=True)
     return ArmRun(arm.key, round_, samples, [w.stop_s for w in windows if w.stop_s is not None],
                   sum(f.size for f in files), sum(f.size for f in files if ".async_llm." not in f.name),
-                  len(files), report)
+                  len(files), report, starts=[w.start for w in windows])
 
 
 def _start_agent(arm: Arm, target: Target, root: Path) -> tuple[Agent, TreeSampler]:
