@@ -140,7 +140,7 @@ def vllm_tables(pooled: list[dict[str, Any]]) -> str:
 
 def daemon_table(pooled: list[dict[str, Any]]) -> str:
     rows = ["| arm | rounds | windows | steps/s | loss vs no agent (per round) | step p50 / p99 ms | "
-            "inside windows p50 / p99 ms | outside p50 / p99 ms | longest step ms | trace MB per window | "
+            "inside windows p50 / p99 ms | outside p50 / p99 ms | longest step ms | trace KB per window | "
             "agent CPU s per arm | agent peak PSS MiB |", "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
     for p in pooled:
         s, a = p["steps"], p["agent"]

@@ -119,6 +119,23 @@ def served_samples(requests: Sequence[Request], windows: Sequence[Span], t0: flo
     return out
 
 
+def window_stalls(requests: Sequence[Request], windows: Sequence[Span]) -> list[dict[str, float]]:
+    """Per window, the longest gap between two chunks of one request near it (`AROUND`): its
+    length, and where it began after the window's start and ended after the stop's answer
+    (negative: before). A stall that begins before the stop was asked and ends after its answer
+    is one the stop's time does not show."""
+    out = []
+    for ws, we in windows:
+        best = (0.0, ws, ws)
+        for r in requests:
+            for (a, _), (b, _) in zip(r.chunks, r.chunks[1:], strict=False):
+                if a < we + AROUND[1] and b > ws - AROUND[0] and b - a > best[0]:
+                    best = (b - a, a, b)
+        out.append({"gap_s": round(best[0], 3), "began_after_start_s": round(best[1] - ws, 3),
+                    "ended_after_stop_s": round(best[2] - we, 3)})
+    return out
+
+
 def _by_span(out: ServedSamples, gap_ms: float, n: int, inside: bool) -> None:
     if inside:
         out.agent_in = _add(out.agent_in, (gap_ms, n))

@@ -23,9 +23,10 @@ from support.vllmreal import VllmServer
 
 from .load import LoadShape, StreamLoad
 from .proxy import ProfileProxy
-from .split import ServedSamples, served_samples
+from .split import ServedSamples, served_samples, window_stalls
 from .watch import TraceKeeper, TreeSampler
 
+TRACE_SUFFIX = ".pt.trace.json.gz"
 DUTY10 = ("--period", "10s", "--window", "1s")
 NO_BUDGET = ("--overhead-budget", "100%")
 """At the default budget (1 %) the first window's stall stretches the period past the arm: the
@@ -104,6 +105,8 @@ class ArmRun:
     load1: float | None = None
     starts: list[float] = field(default_factory=list)
     """The windows' starts (monotonic clock)."""
+    stalls: list[dict[str, float]] = field(default_factory=list)
+    """Per window, its longest stall and where it lay (`split.window_stalls`)."""
 
 
 def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: int, root: Path) -> ArmRun:
@@ -127,9 +130,11 @@ def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: in
                              target.proxy.agent_spans(windows))
     files = target.keeper.collect()
     target.keeper.forget(files, remove_originals=True)
+    traces = [f for f in files if f.name.endswith(TRACE_SUFFIX)]  # not the *.profiler_out.txt tables
     return ArmRun(arm.key, round_, samples, [w.stop_s for w in windows if w.stop_s is not None],
-                  sum(f.size for f in files), sum(f.size for f in files if ".async_llm." not in f.name),
-                  len(files), report, starts=[w.start for w in windows])
+                  sum(f.size for f in traces), sum(f.size for f in traces if ".async_llm." not in f.name),
+                  len(traces), report, starts=[w.start for w in windows],
+                  stalls=window_stalls(load.requests, [(w.start, w.end) for w in windows]))
 
 
 def _start_agent(arm: Arm, target: Target, root: Path) -> tuple[Agent, TreeSampler]:
