@@ -16,8 +16,8 @@ period in force). Arms (`--arms`; `overheadkit.vllmarms.ARMS`):
               there was no budget)
     stacks    a second server with torch_profiler_with_stack true (vLLM's default): 1 s every 60 s,
               no budget; its windows stall the server for about a minute each, so an arm holds one
-    lean      duty10 on a third server with ignore_frontend true (no profiler in the API server)
-    (extra)   duty10-budget, plain-budget (the default budget), stacks-plain, lean-default
+    (extra)   duty10-budget, plain-budget (the default budget), stacks-plain; lean, lean-default (duty10
+              and the defaults on a server with ignore_frontend true: no profiler in the API server)
 
 Then the kineto-daemon path (`overheadkit.daemonarms`): a torch loop of CPU matmuls under
 KINETO_USE_DAEMON=1, no agent and the agent at 1 s every 10 s taking turns; steps/s and step time

@@ -60,7 +60,7 @@ ARMS = {a.key: a for a in (
     Arm("stacks-plain", "1 s every 10 s, plain windows, server with stacks on", server="stacks",
         agent_args=(*DUTY10, *NO_BUDGET), spec_extra=",max_steps=0"),
 )}
-DEFAULT_ARMS = ("none", "default", "duty10", "plain", "stacks", "lean")
+DEFAULT_ARMS = ("none", "default", "duty10", "plain", "stacks")
 
 SERVER_CONFIGS = {"off": {"torch_profiler_with_stack": False}, "stacks": {"torch_profiler_with_stack": True},
                   "lean": {"torch_profiler_with_stack": False, "ignore_frontend": True}}
