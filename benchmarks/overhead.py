@@ -15,7 +15,8 @@ period in force). Arms (`--arms`; `overheadkit.vllmarms.ARMS`):
     plain     duty10 with plain wall-clock windows (max_steps=0: the behaviour before 3a58b79, when
               there was no budget)
     stacks    a second server with torch_profiler_with_stack true (vLLM's default): 1 s every 60 s,
-              no budget; its windows stall the server for about a minute each, so an arm holds one
+              no budget (a stop with stacks took from 4 s to 66 s in trial runs: at 10 % duty an
+              arm would last minutes)
     (extra)   duty10-budget, plain-budget (the default budget), stacks-plain; lean, lean-default (duty10
               and the defaults on a server with ignore_frontend true: no profiler in the API server)
 
