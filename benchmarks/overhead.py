@@ -164,7 +164,7 @@ def _round_doc(r: ArmRun) -> dict[str, Any]:
 
     return {"arm": r.arm, "round": r.round, "served": served_summary(r.samples), "stop_s": r.stop_s,
             "trace_bytes": r.trace_bytes, "worker_bytes": r.worker_bytes, "files": r.files, "agent": r.agent,
-            "load1": r.load1, "window_stalls": r.stalls}
+            "load1": r.load1, "window_stalls": r.stalls, "server_slowdown": r.server_slowdown}
 
 
 def _daemon_doc(a: Any) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from warpwatch.capture.servedlatency import HISTOGRAMS, histogram_totals
+
 PROFILE_PATHS = ("/start_profile", "/stop_profile")
 FORWARDED = ("content-type", "authorization", "accept")
 
@@ -31,6 +33,9 @@ class Call:
     sent: float
     answered: float
     status: int
+    totals: tuple[float, float] | None = None
+    """For a read of /metrics: vLLM's inter-token latency histogram, its sum and count (the
+    agent's own parser, `servedlatency.histogram_totals`)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +72,10 @@ class ProfileProxy:
             self._pending[key] = (path, sent)
             return key
 
-    def ended(self, key: int, status: int) -> None:
+    def ended(self, key: int, status: int, totals: tuple[float, float] | None = None) -> None:
         with self._lock:
             path, sent = self._pending.pop(key)
-            self.calls.append(Call(path, sent, time.monotonic(), status))
+            self.calls.append(Call(path, sent, time.monotonic(), status, totals))
 
     def _sorted(self, paths: tuple[str, ...] = PROFILE_PATHS) -> list[Call]:
         with self._lock:
@@ -107,19 +112,32 @@ class ProfileProxy:
         return out
 
 
-    def agent_spans(self, windows: list[Window]) -> list[tuple[float, float]]:
-        """Per window, the span the agent counts as inside it: from its last read of the server's
-        /metrics before the start to its first read after the stop's answer (`servedlatency`: the
-        histogram is read just before a window starts and just after it ended), each read taken
-        when the server answered it. Windows without both reads are left out."""
+    def agent_reads(self, windows: list[Window]) -> list[tuple[Call, Call]]:
+        """Per window, the agent's reads of the server's /metrics around it: its last before the
+        start and its first after the stop's answer (`servedlatency`: the histogram is read just
+        before a window starts and just after it ended). Windows without both are left out."""
         reads = self._sorted(("/metrics",))
         out = []
         for w in windows:
-            before = [c.answered for c in reads if c.answered <= w.start]
-            after = [c.answered for c in reads if c.sent >= w.end]
+            before = [c for c in reads if c.answered <= w.start]
+            after = [c for c in reads if c.sent >= w.end]
             if before and after and w.stop_s is not None:
                 out.append((before[-1], after[0]))
         return out
+
+    def agent_spans(self, windows: list[Window]) -> list[tuple[float, float]]:
+        """The spans the agent counts as inside its windows, each read taken when answered."""
+        return [(a.answered, b.answered) for a, b in self.agent_reads(windows)]
+
+    def server_slowdown(self, windows: list[Window]) -> float | None:
+        """What the agent's reading should find: the server's mean inter-token latency inside the
+        agent's spans ÷ between them − 1, from the histogram values the proxy passed to it."""
+        pairs = [(a.totals, b.totals) for a, b in self.agent_reads(windows) if a.totals and b.totals]
+        inside = [(b[0] - a[0], b[1] - a[1]) for a, b in pairs]
+        outside = [(nxt[0][0] - cur[1][0], nxt[0][1] - cur[1][1]) for cur, nxt in itertools.pairwise(pairs)]
+        i_s, i_n = sum(v[0] for v in inside), sum(v[1] for v in inside)
+        o_s, o_n = sum(v[0] for v in outside), sum(v[1] for v in outside)
+        return (i_s / i_n) / (o_s / o_n) - 1.0 if i_n > 0 and o_n > 0 and o_s > 0 else None
 
 
 def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestHandler]:
@@ -142,7 +160,11 @@ def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestH
             key = proxy.began(path, time.monotonic())
             status, ctype, data = _upstream(host, port, self.command, self.path, body,
                                             {k: v for k, v in self.headers.items() if k.lower() in FORWARDED})
-            proxy.ended(key, status)
+            totals = None
+            if path == "/metrics" and status == 200:
+                found = histogram_totals(data.decode("utf-8", "replace"), HISTOGRAMS["vllm"])
+                totals = None if found is None else (found.seconds, found.tokens)
+            proxy.ended(key, status, totals)
             with contextlib.suppress(OSError):  # the agent may have given up on this call
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)

@@ -62,6 +62,7 @@ def pool_vllm(runs: list[ArmRun]) -> list[dict[str, Any]]:
             "trace_mb_per_window": sum(r.trace_bytes for r in mine) / windows / 1e6 if windows else None,
             "worker_mb_per_window": sum(r.worker_bytes for r in mine) / windows / 1e6 if windows else None,
             "agent": _pool_agent(agents) if agents else None,
+            "server_slowdown": [r.server_slowdown for r in mine],
         })
     return out
 
@@ -173,9 +174,10 @@ def _windows_row(p: dict[str, Any]) -> str:
 
 AGENT_HEAD = (
     "| arm | agent: period s (per round) | agent: overhead_ratio (per round) | agent: s lost per window "
-    "(overhead_ratio x period) | agent: served_slowdown_ratio (per round) | client, on the agent's spans | "
+    "(overhead_ratio x period) | agent: served_slowdown_ratio (per round) | vLLM's histogram on the agent's "
+    "spans (per round) | client, on the agent's spans | "
     "client, inside windows ÷ outside − 1 | agent CPU s per arm (share of the arm) | agent peak PSS MiB |\n"
-    "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 
 
 def _agent_row(p: dict[str, Any]) -> str:
@@ -184,5 +186,6 @@ def _agent_row(p: dict[str, Any]) -> str:
                            for o, q in zip(a["overhead_ratio"], a["period_s"], strict=True)) or "-"
     return (f"| {p['arm']} | {', '.join(_f(v, '{:.0f}') for v in a['period_s'])} | "
             f"{_pct_list(a['overhead_ratio'])} | {agent_lost} | {_pct_list(a['served_slowdown_ratio'])} | "
+            f"{_pct_list(p['server_slowdown'])} | "
             f"{_pct(s['client_slowdown_agent_spans'])} | {_pct(s['client_slowdown'])} | "
             f"{_f(a['cpu_s'])} ({_f(100 * a['cpu_share_in_arm'], '{:.2f} %')}) | {_f(a['peak_pss_mib'], '{:.0f}')} |")

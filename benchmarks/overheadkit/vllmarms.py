@@ -105,6 +105,8 @@ class ArmRun:
     load1: float | None = None
     starts: list[float] = field(default_factory=list)
     """The windows' starts (monotonic clock)."""
+    server_slowdown: float | None = None
+    """vLLM's own histogram on the agent's spans (`proxy.ProfileProxy.server_slowdown`)."""
     stalls: list[dict[str, float]] = field(default_factory=list)
     """Per window, its longest stall and where it lay (`split.window_stalls`)."""
 
@@ -134,6 +136,7 @@ def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: in
     return ArmRun(arm.key, round_, samples, [w.stop_s for w in windows if w.stop_s is not None],
                   sum(f.size for f in traces), sum(f.size for f in traces if ".async_llm." not in f.name),
                   len(traces), report, starts=[w.start for w in windows],
+                  server_slowdown=target.proxy.server_slowdown(windows),
                   stalls=window_stalls(load.requests, [(w.start, w.end) for w in windows]))
 
 
