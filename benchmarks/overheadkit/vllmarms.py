@@ -179,6 +179,7 @@ def _finish_agent(agent: Agent, sampler: TreeSampler, cpu0: float, arm_s: float)
         "stop_seconds_count": _total(scraped, "warpwatch_capture_stop_seconds_count"),
         "windows": outcomes,
         "stretched_to_s": [float(m.group(1)) for line in agent.lines if (m := STRETCH.search(line))],
+        "period_lines": [line for line in agent.lines if "event=period_" in line],
         "cpu_s": round(cpu1, 3), "cpu_s_in_arm": round(cpu1 - cpu0, 3),
         "cpu_share_in_arm": round((cpu1 - cpu0) / arm_s, 4),
         "peak_pss_mib": round(sampler.peak_pss / 2**20, 1), "exit": rc, "exit_s": round(stop_s, 2),
