@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from warpwatch.capture.servedlatency import HISTOGRAMS, histogram_totals
+from warpwatch.capture.servers.servedlatency import HISTOGRAMS, histogram_sums
 
 PROFILE_PATHS = ("/start_profile", "/stop_profile")
 FORWARDED = ("content-type", "authorization", "accept")
@@ -35,7 +35,7 @@ class Call:
     status: int
     totals: tuple[float, float] | None = None
     """For a read of /metrics: vLLM's inter-token latency histogram, its sum and count (the
-    agent's own parser, `servedlatency.histogram_totals`)."""
+    agent's own parser, `servedlatency.histogram_sums`)."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestH
                                             {k: v for k, v in self.headers.items() if k.lower() in FORWARDED})
             totals = None
             if path == "/metrics" and status == 200:
-                found = histogram_totals(data.decode("utf-8", "replace"), HISTOGRAMS["vllm"])
+                found = histogram_sums(data.decode("utf-8", "replace"), HISTOGRAMS["vllm"])
                 totals = None if found is None else (found.seconds, found.tokens)
             proxy.ended(key, status, totals)
             with contextlib.suppress(OSError):  # the agent may have given up on this call
