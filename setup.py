@@ -16,15 +16,27 @@ FLAGS = ["-O2", "-std=c11", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror=im
 
 def extension(name: str, source: str, headers: tuple[str, ...] = ()) -> Extension:
     # `depends`: a changed header rebuilds the module, and the sdist carries it
-    return Extension(name, [source], depends=list(headers), extra_compile_args=FLAGS,
-                     define_macros=[("_GNU_SOURCE", "1")], optional=not REQUIRED)
+    return Extension(
+        name,
+        [source],
+        depends=list(headers),
+        extra_compile_args=FLAGS,
+        define_macros=[("_GNU_SOURCE", "1")],
+        optional=not REQUIRED,
+    )
 
 
 setup(
     ext_modules=[
-        extension("warpwatch.trace._gpuscan", "agent/warpwatch/trace/_gpuscan.c",
-                  ("agent/warpwatch/trace/_gpuscan_json.h", "agent/warpwatch/trace/_gpuscan_structure.h",
-                   "agent/warpwatch/trace/_gpuscan_event.h")),
+        extension(
+            "warpwatch.trace._gpuscan",
+            "agent/warpwatch/trace/_gpuscan.c",
+            (
+                "agent/warpwatch/trace/_gpuscan_json.h",
+                "agent/warpwatch/trace/_gpuscan_structure.h",
+                "agent/warpwatch/trace/_gpuscan_event.h",
+            ),
+        ),
         extension("warpwatch.analysis._windowmath", "agent/warpwatch/analysis/_windowmath.c"),
     ]
 )

@@ -62,19 +62,32 @@ COMPUTE = (
 )
 NCCL = StreamSpec(20, (KernelType("nccl", 16, (2000, 8000), 1.0),), (0, 2000), every=10_000)
 MIXED = Scenario("mixed", W, 20e6, (StreamSpec(7, COMPUTE, (2, 20)), NCCL), burst_us=300_000, idle_us=150_000)
-HUGE = replace(MIXED, name="huge", streams=(
-    StreamSpec(7, (*COMPUTE, KernelType("huge", 264, (100_000, 100_000), 0.003)), (2, 20)), NCCL))
+HUGE = replace(
+    MIXED,
+    name="huge",
+    streams=(StreamSpec(7, (*COMPUTE, KernelType("huge", 264, (100_000, 100_000), 0.003)), (2, 20)), NCCL),
+)
 PROPS = DeviceProperties(
-    id=0, name=H100["name"], compute_major=9, compute_minor=0, num_sms=H100["numSms"], warp_size=32,
-    max_threads_per_block=1024, max_threads_per_sm=2048, regs_per_block=65536, regs_per_sm=65536,
-    shared_mem_per_block=49152, shared_mem_per_sm=233472, shared_mem_per_block_optin=232448,
+    id=0,
+    name=H100["name"],
+    compute_major=9,
+    compute_minor=0,
+    num_sms=H100["numSms"],
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    shared_mem_per_block=49152,
+    shared_mem_per_sm=233472,
+    shared_mem_per_block_optin=232448,
 )
 
 
 def as_trace(t0: float, w: float, kept: Sequence[Launch]) -> Trace:
     launches = tuple(
-        KernelLaunch(x.name, 0, x.ts, x.dur, x.stream, (x.grid, 1, 1), BLOCK, 32, 0, None, None, None)
-        for x in kept)
+        KernelLaunch(x.name, 0, x.ts, x.dur, x.stream, (x.grid, 1, 1), BLOCK, 32, 0, None, None, None) for x in kept
+    )
     return Trace("sim", {0: PROPS}, launches, TraceWindow(t0, t0 + w, "trace_span"), None)
 
 
@@ -127,12 +140,18 @@ def estimate(cut: Sequence[tuple[float, float, list[Launch]]]) -> tuple[Estimate
             resident += d.resident_time or 0.0
             busy_old.append(old_busy(kept, w))
             occ_old.append(min(float(M), (d.resident_time or 0.0) / w) / M)
-    new = Estimates({k: v / observed for k, v in sums.items()}, attn_x / sums.get("attn", 1.0),
-                    busy / observed, resident / observed / M)
-    old = Estimates({k: statistics.mean(v) for k, v in per_window.items()},
-                    statistics.mean(attn_means) if attn_means else 0.0,
-                    statistics.mean(busy_old) if busy_old else 0.0,
-                    statistics.mean(occ_old) if occ_old else 0.0)
+    new = Estimates(
+        {k: v / observed for k, v in sums.items()},
+        attn_x / sums.get("attn", 1.0),
+        busy / observed,
+        resident / observed / M,
+    )
+    old = Estimates(
+        {k: statistics.mean(v) for k, v in per_window.items()},
+        statistics.mean(attn_means) if attn_means else 0.0,
+        statistics.mean(busy_old) if busy_old else 0.0,
+        statistics.mean(occ_old) if occ_old else 0.0,
+    )
     return old, new
 
 
@@ -176,7 +195,8 @@ def main() -> None:
             names = ["tiny", "gemm", "attn", "long", "nccl", *(["huge"] if "huge" in t.share else [])]
             for name in names:
                 rows.setdefault(f"time share {name}", []).append(
-                    (t.share[name], old.share.get(name, 0.0), new.share.get(name, 0.0)))
+                    (t.share[name], old.share.get(name, 0.0), new.share.get(name, 0.0))
+                )
             rows.setdefault("attn mean warps/SM", []).append((t.mean_warps["attn"], old.attn, new.attn))
             rows.setdefault("busy ratio", []).append((t.busy, old.busy, new.busy))
             rows.setdefault("occupancy", []).append((t.occupancy, old.occupancy, new.occupancy))
@@ -186,8 +206,9 @@ def main() -> None:
         for name, values in rows.items():
             tr, old_v, new_v = (statistics.mean(v[i] for v in values) for i in range(3))
             sd = statistics.stdev(v[2] - v[0] for v in values) if len(values) > 1 else 0.0
-            print(f"| {name} | {tr:.4f} | {old_v:.4f} ({old_v - tr:+.4f}) | {new_v:.4f} ({new_v - tr:+.4f}) "
-                  f"| {sd:.4f} |")
+            print(
+                f"| {name} | {tr:.4f} | {old_v:.4f} ({old_v - tr:+.4f}) | {new_v:.4f} ({new_v - tr:+.4f}) | {sd:.4f} |"
+            )
     print(f"\n{time.monotonic() - started:.0f} s")
 
 

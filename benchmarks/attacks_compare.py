@@ -25,8 +25,11 @@ def _pair(a: str, b: str) -> str:
 
 def compare(before: list[dict[str, Any]], after: list[dict[str, Any]], labels: tuple[str, str]) -> str:
     by_name = {r["attack"]: r for r in after}
-    out = [f"| attack | scrape p50 / max ms (failed/total) | RSS / tree PSS MiB | threads | fds | exit (stop s) | "
-           f"outcome, {labels[0]} | outcome, {labels[1]} |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"| attack | scrape p50 / max ms (failed/total) | RSS / tree PSS MiB | threads | fds | exit (stop s) | "
+        f"outcome, {labels[0]} | outcome, {labels[1]} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for b in before:
         a = by_name.get(b["attack"], {})
         if not a:
@@ -35,7 +38,8 @@ def compare(before: list[dict[str, Any]], after: list[dict[str, Any]], labels: t
             f"| {b['attack']} | {_scrape(b)} → {_scrape(a)} | "
             f"{b['rss_mib']:.0f} / {b['pss_mib']:.0f} → {a['rss_mib']:.0f} / {a['pss_mib']:.0f} | "
             f"{_pair(str(b['threads']), str(a['threads']))} | {_pair(str(b['fds']), str(a['fds']))} | "
-            f"{b['exit_code']} ({b['stop_s']}) → {a['exit_code']} ({a['stop_s']}) | {b['note']} | {a['note']} |")
+            f"{b['exit_code']} ({b['stop_s']}) → {a['exit_code']} ({a['stop_s']}) | {b['note']} | {a['note']} |"
+        )
     return "\n".join(out)
 
 

@@ -57,9 +57,16 @@ def rss_mib() -> float:
     return float("nan")
 
 
-KERNEL_GAUGES = (md.KERNEL_WARPS_PER_SM, md.KERNEL_RESIDENT_WARPS_PER_SM, md.KERNEL_THEORETICAL_OCCUPANCY,
-                 md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM, md.KERNEL_TIME_SHARE, md.KERNEL_LAUNCH_RATE,
-                 md.KERNEL_REPORTED_WARPS_MIN)
+KERNEL_GAUGES = (
+    md.KERNEL_WARPS_PER_SM,
+    md.KERNEL_RESIDENT_WARPS_PER_SM,
+    md.KERNEL_THEORETICAL_OCCUPANCY,
+    md.KERNEL_ESTIMATED_OCCUPANCY,
+    md.KERNEL_WAVES_PER_SM,
+    md.KERNEL_TIME_SHARE,
+    md.KERNEL_LAUNCH_RATE,
+    md.KERNEL_REPORTED_WARPS_MIN,
+)
 
 
 def synthetic_snapshot(gpus: int = 8, kernels: int = 50) -> Snapshot:
@@ -153,8 +160,9 @@ def bench_largest(repeats: int, path: Path = LARGEST) -> dict[str, Any]:
         # In a thread of its own, as the agent runs windows: a read in a process that runs threads
         # never forks decoding workers (membudget.may_fork), so this is the agent's one-process path.
         done: list[Any] = []
-        worker = threading.Thread(target=lambda out=done: out.append(
-            svc.rounds.process_window(CapturedWindow(source="bench", path=path))))
+        worker = threading.Thread(
+            target=lambda out=done: out.append(svc.rounds.process_window(CapturedWindow(source="bench", path=path)))
+        )
         t0 = time.perf_counter()
         worker.start()
         worker.join()
@@ -208,35 +216,50 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=500)
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
-    parser.add_argument("--window-files", nargs="*", type=Path, default=[], metavar="TRACE",
-                        help="also time these traces as windows (e.g. benchmarks/data/*MB.json from gen_traces.py)")
+    parser.add_argument(
+        "--window-files",
+        nargs="*",
+        type=Path,
+        default=[],
+        metavar="TRACE",
+        help="also time these traces as windows (e.g. benchmarks/data/*MB.json from gen_traces.py)",
+    )
     args = parser.parse_args()
     if not LARGEST.exists():
         print(f"shared traces missing under {SHARED} (set WARPWATCH_SHARED_TRACES)", file=sys.stderr)
         return 2
 
     scrape = bench_scrape(args.scrapes)
-    print(f"scrape, 8 GPUs x 50 kernels (+other): {scrape['series']} series, "
-          f"{scrape['exposition_bytes'] / 1024:.0f} KiB")
+    print(
+        f"scrape, 8 GPUs x 50 kernels (+other): {scrape['series']} series, {scrape['exposition_bytes'] / 1024:.0f} KiB"
+    )
     print(f"  exposition  median {scrape['generate_ms_median']:.2f} ms  p99 {scrape['generate_ms_p99']:.2f} ms")
     print(f"  HTTP GET    median {scrape['http_ms_median']:.2f} ms  p99 {scrape['http_ms_p99']:.2f} ms")
 
     largest = bench_largest(3)
-    print(f"largest shared trace as one window: {largest['file']} ({largest['file_mib']:.1f} MiB gz, "
-          f"{largest['launches']:,} kernel launches)")
+    print(
+        f"largest shared trace as one window: {largest['file']} ({largest['file_mib']:.1f} MiB gz, "
+        f"{largest['launches']:,} kernel launches)"
+    )
     print(f"  read + analyse  best {largest['seconds_best']:.2f} s  median {largest['seconds_median']:.2f} s")
 
     for path in args.window_files:
         fig = bench_largest(3, path)
-        print(f"window {fig['file']} ({fig['file_mib']:.0f} MiB, {fig['launches']:,} launches): "
-              f"best {fig['seconds_best']:.2f} s  median {fig['seconds_median']:.2f} s")
+        print(
+            f"window {fig['file']} ({fig['file_mib']:.0f} MiB, {fig['launches']:,} launches): "
+            f"best {fig['seconds_best']:.2f} s  median {fig['seconds_median']:.2f} s"
+        )
 
     rss = bench_rss(args.windows)
     trail = ", ".join(f"{k}: {v}" for k, v in rss["rss_mib_by_window"].items())
-    print(f"RSS over {rss['windows']} replayed windows ({rss['ok']:.0f} ok, "
-          f"{rss['seconds_per_window'] * 1e3:.1f} ms each): {trail} MiB")
-    print(f"  after: {rss['rss_mib_after']:.1f} MiB; {rss['kernel_series']} kernel rows, "
-          f"{rss['counter_series']} counter series")
+    print(
+        f"RSS over {rss['windows']} replayed windows ({rss['ok']:.0f} ok, "
+        f"{rss['seconds_per_window'] * 1e3:.1f} ms each): {trail} MiB"
+    )
+    print(
+        f"  after: {rss['rss_mib_after']:.1f} MiB; {rss['kernel_series']} kernel rows, "
+        f"{rss['counter_series']} counter series"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"scrape": scrape, "largest": largest, "rss": rss}, indent=2) + "\n")
     return 0

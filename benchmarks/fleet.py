@@ -43,18 +43,30 @@ from support.promfleet import backfill_rules, create_blocks, query  # noqa: E402
 
 OLD = "f2305fe"
 TRACE = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces")) / (
-    "facebookresearch__HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/rank0.json.gz")
+    "facebookresearch__HolisticTraceAnalysis/tests/data/negative_queue_length_values_check/rank0.json.gz"
+)
 GPUS = 8
 STEP = 60
-SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$')
+SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$")
 
 
 def agent_metrics(old: bool) -> str:
     """The real agent's /metrics after a few rounds on the trace: at its defaults, or (old) with
     support.agent.GAUGES_ENV (`--kernel-gauges`, top 50: f2305fe's exposition)."""
     from support.agent import Agent
-    agent = Agent("--source", f"replay:{TRACE}", "--period", "1s", "--window", "50ms", "--jitter", "0",
-                  "--allow-high-duty", defaults=not old)
+
+    agent = Agent(
+        "--source",
+        f"replay:{TRACE}",
+        "--period",
+        "1s",
+        "--window",
+        "50ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        defaults=not old,
+    )
     try:
         time.sleep(8)
         return agent.get("/metrics")[2].decode()
@@ -89,22 +101,27 @@ def fleet_openmetrics(exposition: str, pods: int, hours: float, end: float, out:
             for name, labels, value in members:
                 counter = name.endswith(("_total", "_count", "_sum", "_bucket"))
                 for p in range(pods):
-                    pod = (f'namespace="fleet",deployment="model-{p % 5}",pod="model-{p % 5}-{p}",'
-                           f'instance="10.0.{p // 250}.{p % 250}:9946"')
+                    pod = (
+                        f'namespace="fleet",deployment="model-{p % 5}",pod="model-{p % 5}-{p}",'
+                        f'instance="10.0.{p // 250}.{p % 250}:9946"'
+                    )
                     for g in range(GPUS) if 'gpu="0"' in labels else (None,):
                         lab = labels.replace('gpu="0"', f'gpu="{g}"') if g is not None else labels
                         sel = f"{name}{{{pod}{',' + lab if lab else ''}}}"
-                        f.writelines(f"{sel} {value * (i + 1) if counter else value!r} {t}\n"
-                                     for i, t in enumerate(times))
+                        f.writelines(
+                            f"{sel} {value * (i + 1) if counter else value!r} {t}\n" for i, t in enumerate(times)
+                        )
         f.write("# EOF\n")
 
 
 def design_queries(old: bool, work: Path) -> tuple[list[tuple[str, str]], list[dict[str, Any]], str]:
     """(where, expr) unsubstituted, the recording groups, and the panels' min step of a design."""
-    code = ("import json,sys; from warpwatch.dashboards.boards import all_queries; "
-            "from warpwatch.dashboards.rules import prometheus_groups; from warpwatch.dashboards import settings; "
-            "s=settings.DEFAULT_SETTINGS; print(json.dumps([all_queries(substitute=False), prometheus_groups(s), "
-            "getattr(s, 'min_interval', '30s')]))")
+    code = (
+        "import json,sys; from warpwatch.dashboards.boards import all_queries; "
+        "from warpwatch.dashboards.rules import prometheus_groups; from warpwatch.dashboards import settings; "
+        "s=settings.DEFAULT_SETTINGS; print(json.dumps([all_queries(substitute=False), prometheus_groups(s), "
+        "getattr(s, 'min_interval', '30s')]))"
+    )
     path = ROOT / "agent"
     if old:
         path = work / "old" / "agent"
@@ -112,8 +129,13 @@ def design_queries(old: bool, work: Path) -> tuple[list[tuple[str, str]], list[d
             (work / "old").mkdir(exist_ok=True)
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", OLD, "agent"], capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", str(work / "old")], input=archive.stdout, check=True)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(path)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(path)},
+    )
     queries, groups, step = json.loads(out.stdout)
     return [tuple(q) for q in queries], [g for g in groups if any("record" in r for r in g["rules"])], step
 
@@ -125,8 +147,9 @@ def passes(rules: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     out = []
     left = list(rules)
     while left:
-        ready = [r for r in left if not any(o["record"] in r["expr"] and o["record"] not in done for o in left
-                                            if o is not r)]
+        ready = [
+            r for r in left if not any(o["record"] in r["expr"] and o["record"] not in done for o in left if o is not r)
+        ]
         out.append(ready)
         done |= {r["record"] for r in ready}
         left = [r for r in left if r not in ready]
@@ -168,10 +191,16 @@ def run_design(old: bool, pods: int, hours: float, work: Path, end: float) -> di
         tiers.append(path)
     backfill_rules(data, tiers, end - hours * 3600, end)
     range_s = int(hours * 3600)
-    values = {"$__rate_interval": "2m" if old else "2m30s", "$__interval": "1m" if old else step,
-              "$__range": f"{range_s}s", "$namespace": ".*" if old else "fleet",
-              "$deployment": "model-0", "$pod": ".*" if old else "model-0-0", "$gpu": ".*" if old else "0",
-              "$kernel": ".*"}
+    values = {
+        "$__rate_interval": "2m" if old else "2m30s",
+        "$__interval": "1m" if old else step,
+        "$__range": f"{range_s}s",
+        "$namespace": ".*" if old else "fleet",
+        "$deployment": "model-0",
+        "$pod": ".*" if old else "model-0-0",
+        "$gpu": ".*" if old else "0",
+        "$kernel": ".*",
+    }
     step_s = 30 if old else int(step.rstrip("m")) * 60
     rows = []
     peak = 0
@@ -198,8 +227,9 @@ def run_design(old: bool, pods: int, hours: float, work: Path, end: float) -> di
             elapsed = time.monotonic() - t0
             peak = max(peak, pss(proc.pid))
             stats = body.get("data", {}).get("stats", {}).get("samples", {})
-            rows.append({"where": where, "samples": stats.get("totalQueryableSamples"), "seconds": elapsed,
-                         "error": error})
+            rows.append(
+                {"where": where, "samples": stats.get("totalQueryableSamples"), "seconds": elapsed, "error": error}
+            )
         peak = max(peak, pss(proc.pid))
     return {"rows": rows, "series": series, "peak_pss": peak, "series_per_gpu": series / (pods * GPUS)}
 
@@ -221,16 +251,21 @@ def report(result: Mapping[str, Mapping[str, Any]], pods: int, hours: float) -> 
     for name in result:
         r = result[name]
         samples = [x["samples"] or 0 for x in r["rows"]]
-        out.append(f"{name}: {r['series']} series ({r['series_per_gpu']:.0f} per GPU), {len(r['rows'])} queries, "
-                   f"{sum(1 for x in r['rows'] if x['error'])} errors, samples touched max {max(samples):,} "
-                   f"total {sum(samples):,}, slowest {max(x['seconds'] for x in r['rows']):.2f} s, "
-                   f"Prometheus peak PSS {r['peak_pss'] / 2**20:.0f} MiB")
+        out.append(
+            f"{name}: {r['series']} series ({r['series_per_gpu']:.0f} per GPU), {len(r['rows'])} queries, "
+            f"{sum(1 for x in r['rows'] if x['error'])} errors, samples touched max {max(samples):,} "
+            f"total {sum(samples):,}, slowest {max(x['seconds'] for x in r['rows']):.2f} s, "
+            f"Prometheus peak PSS {r['peak_pss'] / 2**20:.0f} MiB"
+        )
     out.append("")
     for name in result:
         out.append(f"| {name} query | samples touched | seconds | error |")
         out.append("|---|---:|---:|---|")
-        out.extend(f"| {x['where'][:90]} | {x['samples'] if x['samples'] is not None else '-'} | "
-                   f"{x['seconds']:.3f} | {x['error']} |" for x in result[name]["rows"])
+        out.extend(
+            f"| {x['where'][:90]} | {x['samples'] if x['samples'] is not None else '-'} | "
+            f"{x['seconds']:.3f} | {x['error']} |"
+            for x in result[name]["rows"]
+        )
         out.append("")
     return "\n".join(out)
 

@@ -61,9 +61,25 @@ def seeds() -> list[bytes]:
 
 
 WRONG: list[Any] = [None, "x", [], {}, True, -1, 0, 2**70, 1e308, -1e308, "inf", [2**40] * 3, [-1, 1, 1], "\x00"]
-FIELDS = [b'"ts"', b'"dur"', b'"cat"', b'"ph"', b'"name"', b'"args"', b'"grid"', b'"block"', b'"device"',
-          b'"registers per thread"', b'"shared memory"', b'"warps per SM"', b'"numSms"', b'"warpSize"',
-          b'"deviceProperties"', b'"traceEvents"', b'"est. achieved occupancy %"']
+FIELDS = [
+    b'"ts"',
+    b'"dur"',
+    b'"cat"',
+    b'"ph"',
+    b'"name"',
+    b'"args"',
+    b'"grid"',
+    b'"block"',
+    b'"device"',
+    b'"registers per thread"',
+    b'"shared memory"',
+    b'"warps per SM"',
+    b'"numSms"',
+    b'"warpSize"',
+    b'"deviceProperties"',
+    b'"traceEvents"',
+    b'"est. achieved occupancy %"',
+]
 TOKENS = [b"NaN", b"Infinity", b"-Infinity", b"inf", b"-inf", b"nan", b"1e999", b"-0", b"99999999999999999999999"]
 
 
@@ -186,12 +202,23 @@ def cmd_atheris(args: argparse.Namespace) -> int:
         for i, seed in enumerate(trace_oracle.seeds()):
             (corpus / f"seed-{i:03d}").write_bytes(seed)
         budget = f"-runs={args.runs}" if args.runs else f"-max_total_time={args.seconds}"
-        flags = [budget, f"-seed={args.seed}", f"-timeout={args.timeout}",
-                 f"-rss_limit_mb={args.rss_mb}", f"-max_len={trace_oracle.MAX_INPUT}", "-print_final_stats=1",
-                 f"-artifact_prefix={out}/", "-close_fd_mask=1"]
+        flags = [
+            budget,
+            f"-seed={args.seed}",
+            f"-timeout={args.timeout}",
+            f"-rss_limit_mb={args.rss_mb}",
+            f"-max_len={trace_oracle.MAX_INPUT}",
+            "-print_final_stats=1",
+            f"-artifact_prefix={out}/",
+            "-close_fd_mask=1",
+        ]
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, __file__, "atheris-child", *flags, str(corpus)],
-                              capture_output=True, text=True, timeout=None if args.runs else args.seconds + 300)
+        proc = subprocess.run(
+            [sys.executable, __file__, "atheris-child", *flags, str(corpus)],
+            capture_output=True,
+            text=True,
+            timeout=None if args.runs else args.seconds + 300,
+        )
         elapsed = time.monotonic() - started
     log = proc.stderr
     stats = dict(re.findall(r"^stat::(\w+):\s*(\d+)", log, re.M))
@@ -199,8 +226,10 @@ def cmd_atheris(args: argparse.Namespace) -> int:
     findings = sorted(str(p) for p in out.glob("*") if p.name.startswith(("crash-", "timeout-", "oom-", "leak-")))
     execs = stats.get("number_of_executed_units", last[-1][0] if last else "0")
     cov, ft, corp = last[-1][1:] if last else ("?", "?", "?")
-    print(f"executions: {execs} in {elapsed:.0f} s; coverage: cov {cov}, ft {ft} (Python edges and features); "
-          f"corpus: {corp} inputs; peak RSS: {stats.get('peak_rss_mb', '?')} MB")
+    print(
+        f"executions: {execs} in {elapsed:.0f} s; coverage: cov {cov}, ft {ft} (Python edges and features); "
+        f"corpus: {corp} inputs; peak RSS: {stats.get('peak_rss_mb', '?')} MB"
+    )
     print(f"findings: {len(findings)}" + "".join(f"\n  {f}" for f in findings))
     if proc.returncode != 0 or findings:
         print(log[-4000:])
@@ -245,8 +274,12 @@ def main() -> int:
     m.add_argument("--progress", action="store_true")
     a = sub.add_parser("atheris")
     a.add_argument("--seconds", type=int, default=600)
-    a.add_argument("--runs", type=int, default=0,
-                   help="stop after this many executions instead of --seconds (the same work on any machine)")
+    a.add_argument(
+        "--runs",
+        type=int,
+        default=0,
+        help="stop after this many executions instead of --seconds (the same work on any machine)",
+    )
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
     a.add_argument("--rss-mb", type=int, default=2048, help="memory the fuzzing process may use")

@@ -67,8 +67,11 @@ def load(path: Path) -> dict[str, Any]:
 def _extent(events: list[dict[str, Any]]) -> tuple[float, float]:
     """(first start, last end) over every timed event of the source, the Trace span included."""
     starts = [ev["ts"] for ev in events if isinstance(ev.get("ts"), (int, float))]
-    ends = [ev["ts"] + ev["dur"] for ev in events if isinstance(ev.get("ts"), (int, float))
-            and isinstance(ev.get("dur"), (int, float))]
+    ends = [
+        ev["ts"] + ev["dur"]
+        for ev in events
+        if isinstance(ev.get("ts"), (int, float)) and isinstance(ev.get("dur"), (int, float))
+    ]
     return min(starts), max(ends + starts)
 
 
@@ -136,7 +139,11 @@ def write_replicated(source: Path, out: Path, *, copies: int | None = None, size
     os.replace(tmp, out)
     n_events += 1
     return {
-        "path": str(out), "bytes": out.stat().st_size, "copies": i, "events": n_events, "kernels": n_kernels,
+        "path": str(out),
+        "bytes": out.stat().st_size,
+        "copies": i,
+        "events": n_events,
+        "kernels": n_kernels,
         "source": str(source),
     }
 
@@ -167,10 +174,18 @@ def write_one_line(source: Path, out: Path) -> int:
 
 
 def _span_event(template: dict[str, Any] | None, ts: float, dur: float) -> dict[str, Any]:
-    ev = dict(template) if template else {
-        "ph": "X", "cat": "Trace", "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)",
-        "args": {"Op count": 0},
-    }
+    ev = (
+        dict(template)
+        if template
+        else {
+            "ph": "X",
+            "cat": "Trace",
+            "pid": "Spans",
+            "tid": "PyTorch Profiler",
+            "name": "PyTorch Profiler (0)",
+            "args": {"Op count": 0},
+        }
+    )
     ev["ts"] = ts
     ev["dur"] = dur
     return ev

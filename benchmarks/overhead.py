@@ -65,9 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=sorted(ARMS))
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--arm-seconds", type=float, default=70.0,
-                   help="each vLLM arm, before its last window ends (at defaults a second window comes 60-65 s "
-                        "after the first, unless the budget stretched the period)")
+    p.add_argument(
+        "--arm-seconds",
+        type=float,
+        default=70.0,
+        help="each vLLM arm, before its last window ends (at defaults a second window comes 60-65 s "
+        "after the first, unless the budget stretched the period)",
+    )
     p.add_argument("--daemon-seconds", type=float, default=25.0, help="each kineto-daemon arm")
     p.add_argument("--streams", type=int, default=4)
     p.add_argument("--prompt-tokens", type=int, default=32)
@@ -106,8 +110,10 @@ def run_vllm(args: argparse.Namespace, root: Path, loads: LoadAverage) -> tuple[
             for key in args.arms:
                 run = run_arm(ARMS[key], targets[ARMS[key].server], shape, args.arm_seconds, r, root)
                 run.load1 = loads.read()
-                log(f"round {r + 1}/{args.rounds} {key}: {run.samples.tokens / run.samples.seconds:.1f} tokens/s, "
-                    f"{run.samples.windows} windows, load {run.load1:.2f}")
+                log(
+                    f"round {r + 1}/{args.rounds} {key}: {run.samples.tokens / run.samples.seconds:.1f} tokens/s, "
+                    f"{run.samples.windows} windows, load {run.load1:.2f}"
+                )
                 runs.append(run)
     finally:
         for t in targets.values():
@@ -118,12 +124,14 @@ def run_vllm(args: argparse.Namespace, root: Path, loads: LoadAverage) -> tuple[
 def header(args: argparse.Namespace, m: dict[str, Any], loads: LoadAverage, version: str) -> str:
     la = loads.summary()
     cmd = "python benchmarks/overhead.py " + shlex.join(sys.argv[1:])
-    return (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{cmd.strip()}` on "
-            f"{describe_machine(m)}; 1-min load average at the arms' ends {la['min']} / {la['mean']} / "
-            f"{la['max']} (min / mean / max). {version}, the tests' 2-layer random Llama, "
-            f"{args.streams} streams x {args.output_tokens} tokens (prompt {args.prompt_tokens} tokens, "
-            f"ignore_eos, greedy, seed {args.seed}), {args.rounds} rounds of {args.arm_seconds:g}-s arms, "
-            f"interleaved.")
+    return (
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `{cmd.strip()}` on "
+        f"{describe_machine(m)}; 1-min load average at the arms' ends {la['min']} / {la['mean']} / "
+        f"{la['max']} (min / mean / max). {version}, the tests' 2-layer random Llama, "
+        f"{args.streams} streams x {args.output_tokens} tokens (prompt {args.prompt_tokens} tokens, "
+        f"ignore_eos, greedy, seed {args.seed}), {args.rounds} rounds of {args.arm_seconds:g}-s arms, "
+        f"interleaved."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,9 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         text += daemon_table(daemon_pooled)
     print(text)
     if args.json:
-        doc = {"machine": m, "load_average": loads.readings, "argv": sys.argv[1:], "vllm": version,
-               "vllm_arms": vllm_pooled, "vllm_rounds": [_round_doc(r) for r in runs],
-               "daemon_arms": daemon_pooled, "daemon_rounds": [_daemon_doc(a) for a in daemon], "table": text}
+        doc = {
+            "machine": m,
+            "load_average": loads.readings,
+            "argv": sys.argv[1:],
+            "vllm": version,
+            "vllm_arms": vllm_pooled,
+            "vllm_rounds": [_round_doc(r) for r in runs],
+            "daemon_arms": daemon_pooled,
+            "daemon_rounds": [_daemon_doc(a) for a in daemon],
+            "table": text,
+        }
         args.json.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return 0
 
@@ -162,16 +178,32 @@ def main(argv: list[str] | None = None) -> int:
 def _round_doc(r: ArmRun) -> dict[str, Any]:
     from overheadkit.split import served_summary
 
-    return {"arm": r.arm, "round": r.round, "served": served_summary(r.samples), "stop_s": r.stop_s,
-            "trace_bytes": r.trace_bytes, "worker_bytes": r.worker_bytes, "files": r.files, "agent": r.agent,
-            "load1": r.load1, "window_stalls": r.stalls, "server_slowdown": r.server_slowdown}
+    return {
+        "arm": r.arm,
+        "round": r.round,
+        "served": served_summary(r.samples),
+        "stop_s": r.stop_s,
+        "trace_bytes": r.trace_bytes,
+        "worker_bytes": r.worker_bytes,
+        "files": r.files,
+        "agent": r.agent,
+        "load1": r.load1,
+        "window_stalls": r.stalls,
+        "server_slowdown": r.server_slowdown,
+    }
 
 
 def _daemon_doc(a: Any) -> dict[str, Any]:
     from overheadkit.split import step_summary
 
-    return {"arm": a.arm, "round": a.round, "windows": a.windows, "trace_bytes": a.trace_bytes, "agent": a.agent,
-            "steps": step_summary(a.samples) if a.samples else None}
+    return {
+        "arm": a.arm,
+        "round": a.round,
+        "windows": a.windows,
+        "trace_bytes": a.trace_bytes,
+        "agent": a.agent,
+        "steps": step_summary(a.samples) if a.samples else None,
+    }
 
 
 if __name__ == "__main__":

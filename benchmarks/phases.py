@@ -61,8 +61,10 @@ def main(path: str) -> None:
     analysis.analyze(trace)
     spent["analyze"] = clock() - t1
     total = sum(spent.values())
-    print(f"{Path(path).name}: {os.path.getsize(path) / 1e6:,.0f} MB, {pieces} pieces, {kernels:,} kernel launches"
-          f" (read_trace alone, one process: {t1 - t0:.2f} s CPU)")
+    print(
+        f"{Path(path).name}: {os.path.getsize(path) / 1e6:,.0f} MB, {pieces} pieces, {kernels:,} kernel launches"
+        f" (read_trace alone, one process: {t1 - t0:.2f} s CPU)"
+    )
     for name, seconds in spent.items():
         print(f"  {name:10s} {seconds:6.2f} s CPU  {100 * seconds / total:5.1f}%")
     print(f"  {'total':10s} {total:6.2f} s CPU")

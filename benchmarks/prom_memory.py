@@ -75,8 +75,11 @@ def main() -> None:
         with prometheus(data) as (_, proc):
             time.sleep(20)
             idle = pss(proc.pid)
-        jobs = "".join(f"  - job_name: pod{i}\n    honor_labels: true\n    metrics_path: /pod/{i}\n"
-                       f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n" for i in range(args.pods))
+        jobs = "".join(
+            f"  - job_name: pod{i}\n    honor_labels: true\n    metrics_path: /pod/{i}\n"
+            f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+            for i in range(args.pods)
+        )
         config = "  scrape_interval: 15s\nscrape_configs:\n" + jobs
         with prometheus(Path(tmp) / "data", config) as (url, proc):
             time.sleep(args.minutes * 60)
@@ -85,9 +88,11 @@ def main() -> None:
             mem = pss(proc.pid)
     server.shutdown()
     per = (mem - idle) / head
-    print(f"{'old' if args.old else 'new'} exposition, {args.pods} pods x {GPUS} GPUs, {args.minutes:g} min at 15 s: "
-          f"head series {head:,}, Prometheus PSS {mem / 2**20:.0f} MiB (idle {idle / 2**20:.0f} MiB), "
-          f"{per:,.0f} bytes per series")
+    print(
+        f"{'old' if args.old else 'new'} exposition, {args.pods} pods x {GPUS} GPUs, {args.minutes:g} min at 15 s: "
+        f"head series {head:,}, Prometheus PSS {mem / 2**20:.0f} MiB (idle {idle / 2**20:.0f} MiB), "
+        f"{per:,.0f} bytes per series"
+    )
 
 
 if __name__ == "__main__":

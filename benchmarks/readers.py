@@ -46,9 +46,9 @@ def _warps(events: Any, props: dict[int, Any], get: Any) -> tuple[int, float]:
         if not grid or not block or dev is None:
             continue
         warp = dev["warpSize"]
-        per_kernel[get(ev, "name")] += grid[0] * grid[1] * grid[2] * -(-(block[0] * block[1] * block[2]) // warp) / dev[
-            "numSms"
-        ]
+        per_kernel[get(ev, "name")] += (
+            grid[0] * grid[1] * grid[2] * -(-(block[0] * block[1] * block[2]) // warp) / dev["numSms"]
+        )
     return n, sum(per_kernel.values())
 
 

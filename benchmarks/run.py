@@ -88,16 +88,33 @@ def readers(python: Path, cli_ok: bool, baseline: Path | None = None) -> list[Re
     base: list[Reader] = []
     if baseline is not None:
         agent = {"PYTHONPATH": str(baseline.resolve() / "agent")}
-        base = [Reader("base", f"warpwatch analyze --format json at {baseline.name}", python, cli, env=agent),
-                Reader("base-pure", f"the same at {baseline.name}, pure Python", python, cli,
-                       env={**agent, "WARPWATCH_PURE_PYTHON": "1"})]
-    return [*base,
+        base = [
+            Reader("base", f"warpwatch analyze --format json at {baseline.name}", python, cli, env=agent),
+            Reader(
+                "base-pure",
+                f"the same at {baseline.name}, pure Python",
+                python,
+                cli,
+                env={**agent, "WARPWATCH_PURE_PYTHON": "1"},
+            ),
+        ]
+    return [
+        *base,
         Reader("warpwatch", "warpwatch analyze --format json", python, cli),
-        Reader("warpwatch-pure", "warpwatch analyze --format json, pure Python (no compiled module)", python, cli,
-               env={"WARPWATCH_PURE_PYTHON": "1"}),
+        Reader(
+            "warpwatch-pure",
+            "warpwatch analyze --format json, pure Python (no compiled module)",
+            python,
+            cli,
+            env={"WARPWATCH_PURE_PYTHON": "1"},
+        ),
         Reader("warpwatch-api", "warpwatch via read_trace + analyze", python, [script, "warpwatch-api"]),
-        Reader("warpwatch-1proc", "warpwatch via read_trace + analyze, one process (the agent's path)", python,
-               [script, "warpwatch-1proc"]),
+        Reader(
+            "warpwatch-1proc",
+            "warpwatch via read_trace + analyze, one process (the agent's path)",
+            python,
+            [script, "warpwatch-1proc"],
+        ),
         Reader("msgspec", "msgspec typed decode + loop", python, [script, "msgspec-loop"]),
         Reader("orjson", "orjson.loads + loop", BENCH_PY, [script, "orjson-loop"]),
         Reader("hta", "HTA 0.5.0 trace parser (json backend)", BENCH_PY, [script, "hta"], repeat_cap=1),
@@ -194,7 +211,7 @@ def run_once(reader: Reader, trace: Path, *, memory: bool) -> tuple[float, float
 
 def summary_of(reader: Reader, out: str) -> str:
     """What the reader found (kernels...), to check that the readers agree."""
-    if reader.key in ("warpwatch", "warpwatch-pure", "base", "base-pure") and out.lstrip().startswith("{\"traces"):
+    if reader.key in ("warpwatch", "warpwatch-pure", "base", "base-pure") and out.lstrip().startswith('{"traces'):
         try:
             doc = json.loads(out)
             return f"{doc['traces'][0]['launch_count']:,} kernels"
@@ -225,7 +242,8 @@ def machine() -> str:
         mem_kb = 0
     versions = subprocess.run(
         [str(PROJECT_PY), "-c", "import msgspec, platform; print(platform.python_version(), msgspec.__version__)"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     return (
         f"{cpu}, {os.cpu_count()} cores, {mem_kb / 1024**2:.0f} GiB RAM, Linux {platform.release()}; "
@@ -275,7 +293,7 @@ def layout_of(trace: Path) -> str:
     with opener(trace, "rb") as fh:
         start = fh.read(4 * 1024**2)
     key = start.find(b'"traceEvents"')
-    cut = re.search(rb"\}\s*,\s*\{", start[max(key, 0):])
+    cut = re.search(rb"\}\s*,\s*\{", start[max(key, 0) :])
     return "one event per line" if cut and b"\n" in cut.group() else "one line"
 
 
@@ -286,15 +304,22 @@ def summary(traces: list[Path], sections: list[list[Result]]) -> str:
     """The layouts side by side: per trace, warpwatch (and the others) against the floor of that trace."""
     present = [k for k in SUMMARY_KEYS if any(r.reader.key == k and r.walls for rs in sections for r in rs)]
     labels = {r.reader.key: r.reader.label for rs in sections for r in rs}
-    head = "| trace | layout | gzip | msgspec floor, best | " + " | ".join(
-        f"{labels[k]}: best, vs floor, peak PSS" for k in present) + " |"
+    head = (
+        "| trace | layout | gzip | msgspec floor, best | "
+        + " | ".join(f"{labels[k]}: best, vs floor, peak PSS" for k in present)
+        + " |"
+    )
     lines = [head, "|---|---|---|--:|" + "--:|" * len(present)]
     for trace, results in zip(traces, sections, strict=True):
         by_key = {r.reader.key: r for r in results}
         floor = by_key.get("msgspec")
         base = min(floor.walls) if floor and floor.walls else None
-        cells = [trace.name, layout_of(trace), "yes" if trace.name.endswith(".gz") else "no",
-                 f"{base:.2f} s" if base else "-"]
+        cells = [
+            trace.name,
+            layout_of(trace),
+            "yes" if trace.name.endswith(".gz") else "no",
+            f"{base:.2f} s" if base else "-",
+        ]
         for k in present:
             r = by_key.get(k)
             if r is None or not r.walls:
@@ -311,8 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("traces", nargs="*", type=Path, help="trace files (default: the reference file, both layouts)")
     p.add_argument("--sizes", action="store_true", help="also the 50 MB, 500 MB and 1 GB traces (built if missing)")
     p.add_argument("--repeat", type=int, default=5, help="runs per reader and trace (HTA: 1)")
-    p.add_argument("--only", nargs="*", help="reader keys (warpwatch warpwatch-pure warpwatch-api warpwatch-1proc "
-                   "msgspec orjson hta; base base-pure with --baseline); trace files go before it")
+    p.add_argument(
+        "--only",
+        nargs="*",
+        help="reader keys (warpwatch warpwatch-pure warpwatch-api warpwatch-1proc "
+        "msgspec orjson hta; base base-pure with --baseline); trace files go before it",
+    )
     p.add_argument("--baseline", type=Path, help="another checkout whose warpwatch runs beside this one")
     p.add_argument("--no-readme", action="store_true", help="print the tables, leave README.md alone")
     args = p.parse_args(argv)
@@ -365,13 +394,18 @@ def main(argv: list[str] | None = None) -> int:
         command += f" --baseline {args.baseline.name}"
     if args.only:
         command += f" --only {' '.join(args.only)}"
-    header = (
-        f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}, the runs interleaved."
-        + ("" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran the analyze module directly.)")
+    header = f"Measured {datetime.date.today().isoformat()} with `{command}` on {machine()}, the runs interleaved." + (
+        "" if cli_ok else " (`python -m warpwatch` did not start: the CLI row ran the analyze module directly.)"
     )
-    body = "\n\n".join([header, "**The layouts side by side** (each reader against the msgspec floor of the same "
-                        "file, best wall times; peak PSS of the process tree):", summary(traces, sections),
-                        *(table(t, rs) for t, rs in zip(traces, sections, strict=True))])
+    body = "\n\n".join(
+        [
+            header,
+            "**The layouts side by side** (each reader against the msgspec floor of the same "
+            "file, best wall times; peak PSS of the process tree):",
+            summary(traces, sections),
+            *(table(t, rs) for t, rs in zip(traces, sections, strict=True)),
+        ]
+    )
     print(body)
     if not args.no_readme:
         text = README.read_text() if README.exists() else f"# Benchmarks\n\n{START}\n{END}\n"

@@ -36,8 +36,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("WARPWATCH_SHARED_TRACES", ROOT.parent / "shared" / "traces"))
-REPLAYED = SHARED / "facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/alexnet/" \
+REPLAYED = (
+    SHARED / "facebookresearch__HolisticTraceAnalysis/tests/data/critical_path/alexnet/"
     "benchmark_result_2869224_1695835535_trace.json.gz"
+)
 FAST = ("--period", "0.2s", "--window", "10ms", "--allow-high-duty", "--jitter", "0s")
 
 CLIENT = """
@@ -50,21 +52,59 @@ while time.time() < deadline:
     time.sleep(0.01)
 """
 
-SMALL_TRACE = json.dumps({
-    "schemaVersion": 1,
-    "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "computeMajor": 9, "computeMinor": 0,
-                          "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-                          "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32,
-                          "sharedMemPerBlock": 49152, "sharedMemPerMultiprocessor": 233472, "numSms": 132,
-                          "sharedMemPerBlockOptin": 232448}],
-    "traceEvents": [
-        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
-         "ts": 0, "dur": 1000},
-        *({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10 + 20 * i, "dur": 10,
-           "args": {"device": 0, "stream": 7, "grid": [132 * (i + 1), 1, 1], "block": [256, 1, 1],
-                    "registers per thread": 32, "shared memory": 0}} for i in range(20)),
-    ],
-})
+SMALL_TRACE = json.dumps(
+    {
+        "schemaVersion": 1,
+        "deviceProperties": [
+            {
+                "id": 0,
+                "name": "NVIDIA H100",
+                "computeMajor": 9,
+                "computeMinor": 0,
+                "maxThreadsPerBlock": 1024,
+                "maxThreadsPerMultiprocessor": 2048,
+                "regsPerBlock": 65536,
+                "regsPerMultiprocessor": 65536,
+                "warpSize": 32,
+                "sharedMemPerBlock": 49152,
+                "sharedMemPerMultiprocessor": 233472,
+                "numSms": 132,
+                "sharedMemPerBlockOptin": 232448,
+            }
+        ],
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "name": "PyTorch Profiler (0)",
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "ts": 0,
+                "dur": 1000,
+            },
+            *(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": f"k{i}",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 10 + 20 * i,
+                    "dur": 10,
+                    "args": {
+                        "device": 0,
+                        "stream": 7,
+                        "grid": [132 * (i + 1), 1, 1],
+                        "block": [256, 1, 1],
+                        "registers per thread": 32,
+                        "shared memory": 0,
+                    },
+                }
+                for i in range(20)
+            ),
+        ],
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -156,8 +196,15 @@ class AgentProcess:
             threads.append(int(status["Threads"]))
             time.sleep(0.05)
         files, size = folder_size(folder)
-        return Footprint(time.monotonic() - self.started, self.windows(), int(status["VmRSS"].split()[0]) / 1024,
-                         min(fds), min(threads), files, size)
+        return Footprint(
+            time.monotonic() - self.started,
+            self.windows(),
+            int(status["VmRSS"].split()[0]) / 1024,
+            min(fds),
+            min(threads),
+            files,
+            size,
+        )
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
@@ -195,9 +242,16 @@ class Feeder:
         self._thread.join(5)
 
 
-def soak(agent: AgentProcess, folder: Path | None, done: Callable[[Footprint], bool], *, warm_windows: float = 20,
-         progress: Callable[[Footprint], None] | None = None, every_s: float = 5.0,
-         looks: int = 5) -> list[Footprint]:
+def soak(
+    agent: AgentProcess,
+    folder: Path | None,
+    done: Callable[[Footprint], bool],
+    *,
+    warm_windows: float = 20,
+    progress: Callable[[Footprint], None] | None = None,
+    every_s: float = 5.0,
+    looks: int = 5,
+) -> list[Footprint]:
     """Footprints at the start (after `warm_windows`: imports done, caches filled), every
     `every_s`, and at the end (when `done`)."""
     while agent.windows() < warm_windows:
@@ -215,12 +269,17 @@ def soak(agent: AgentProcess, folder: Path | None, done: Callable[[Footprint], b
 
 def table(title: str, samples: Sequence[Footprint]) -> str:
     picks = (("start", samples[0]), ("middle", samples[len(samples) // 2]), ("end", samples[-1]))
-    lines = [f"### {title}", "",
-             "| when | elapsed (s) | windows | RSS (MiB) | open fds | threads | trace folder (files, bytes) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| when | elapsed (s) | windows | RSS (MiB) | open fds | threads | trace folder (files, bytes) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for when, f in picks:
-        lines.append(f"| {when} | {f.seconds:.0f} | {f.windows:.0f} | {f.rss_mib:.1f} | {f.fds} | {f.threads} "
-                     f"| {f.folder_files}, {f.folder_bytes} |")
+        lines.append(
+            f"| {when} | {f.seconds:.0f} | {f.windows:.0f} | {f.rss_mib:.1f} | {f.fds} | {f.threads} "
+            f"| {f.folder_files}, {f.folder_bytes} |"
+        )
     return "\n".join(lines)
 
 
@@ -229,20 +288,34 @@ def replay_soak(windows: int) -> str:
     folder = tmp / "dropped"
     folder.mkdir()
     feeder = Feeder(folder, 0.2)
-    agent = AgentProcess("--source", f"replay:{REPLAYED}", "--source", f"dir:{folder}", "--delete-processed",
-                         "--collect-timeout", "1s", *FAST)
+    agent = AgentProcess(
+        "--source",
+        f"replay:{REPLAYED}",
+        "--source",
+        f"dir:{folder}",
+        "--delete-processed",
+        "--collect-timeout",
+        "1s",
+        *FAST,
+    )
     try:
         replay = f"replay:{REPLAYED}"
-        samples = soak(agent, folder, lambda f: agent.logged_windows(replay) >= windows,
-                       progress=lambda f: print(f"  {f.windows:.0f} windows, {f.rss_mib:.1f} MiB", file=sys.stderr))
+        samples = soak(
+            agent,
+            folder,
+            lambda f: agent.logged_windows(replay) >= windows,
+            progress=lambda f: print(f"  {f.windows:.0f} windows, {f.rss_mib:.1f} MiB", file=sys.stderr),
+        )
         ok, failed = agent.windows("ok"), agent.windows("failed")
         replayed = agent.logged_windows(replay)
     finally:
         feeder.stop()
         rc = agent.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    return (table(f"replay: + dir: (`{' '.join(FAST)}`), {feeder.written} files dropped", samples)
-            + f"\n\nwindows ok {ok:.0f} ({replayed} replayed), failed {failed:.0f}; exit status {rc}\n")
+    return (
+        table(f"replay: + dir: (`{' '.join(FAST)}`), {feeder.written} files dropped", samples)
+        + f"\n\nwindows ok {ok:.0f} ({replayed} replayed), failed {failed:.0f}; exit status {rc}\n"
+    )
 
 
 def daemon_soak(minutes: float, clients: int) -> str:
@@ -252,15 +325,39 @@ def daemon_soak(minutes: float, clients: int) -> str:
     config = root / "kineto.conf"
     config.write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")
     env = dict(os.environ, KINETO_USE_DAEMON="1", KINETO_CONFIG=str(config), KINETO_IPC_SOCKET_DIR=str(root / "s"))
-    procs = [subprocess.Popen([sys.executable, "-c", CLIENT, str(minutes * 60 + 120)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(clients)]
-    agent = AgentProcess("--source", f"kineto-daemon:socket_dir={root / 's'}", "--trace-dir", str(trace_dir),
-                         "--period", "2s", "--window", "200ms", "--jitter", "0s", "--collect-timeout", "2s")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLIENT, str(minutes * 60 + 120)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(clients)
+    ]
+    agent = AgentProcess(
+        "--source",
+        f"kineto-daemon:socket_dir={root / 's'}",
+        "--trace-dir",
+        str(trace_dir),
+        "--period",
+        "2s",
+        "--window",
+        "200ms",
+        "--jitter",
+        "0s",
+        "--collect-timeout",
+        "2s",
+    )
     deadline = time.monotonic() + minutes * 60
     try:
-        samples = soak(agent, trace_dir, lambda f: time.monotonic() >= deadline, warm_windows=clients,
-                       every_s=15.0,
-                       progress=lambda f: print(f"  {f.windows:.0f} windows, {f.rss_mib:.1f} MiB", file=sys.stderr))
+        samples = soak(
+            agent,
+            trace_dir,
+            lambda f: time.monotonic() >= deadline,
+            warm_windows=clients,
+            every_s=15.0,
+            progress=lambda f: print(f"  {f.windows:.0f} windows, {f.rss_mib:.1f} MiB", file=sys.stderr),
+        )
         outcomes = {o: agent.windows(o) for o in ("ok", "empty", "failed", "timed_out")}
     finally:
         rc = agent.stop()
@@ -268,10 +365,16 @@ def daemon_soak(minutes: float, clients: int) -> str:
             p.kill()
             p.wait()
         shutil.rmtree(root, ignore_errors=True)
-    return (table(f"kineto-daemon, {clients} PyTorch CPU clients polling every 1 s, {minutes:g} min "
-                  "(`--period 2s --window 200ms`)", samples)
-            + "\n\nwindows " + ", ".join(f"{o} {n:.0f}" for o, n in outcomes.items())
-            + f"; exit status {rc}\n")
+    return (
+        table(
+            f"kineto-daemon, {clients} PyTorch CPU clients polling every 1 s, {minutes:g} min "
+            "(`--period 2s --window 200ms`)",
+            samples,
+        )
+        + "\n\nwindows "
+        + ", ".join(f"{o} {n:.0f}" for o, n in outcomes.items())
+        + f"; exit status {rc}\n"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -67,9 +67,7 @@ def test_the_table_and_the_config_have_the_same_settings() -> None:
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
-def test_every_setting_has_a_flag_an_environment_variable_and_a_yaml_key(
-    setting: Any, tmp_path: Path
-) -> None:
+def test_every_setting_has_a_flag_an_environment_variable_and_a_yaml_key(setting: Any, tmp_path: Path) -> None:
     text, expected = SAMPLES[setting.name]
     if text == "__FILE__":
         existing = tmp_path / "file.yml"
@@ -111,8 +109,7 @@ def test_the_config_file_can_come_from_the_environment(tmp_path: Path) -> None:
 
 
 def test_source_is_repeatable_and_whitespace_separated_in_the_environment() -> None:
-    assert load_config(parse_flags("--source", "dir:/a", "--source", "replay:/b"), {}).source == (
-        "dir:/a", "replay:/b")
+    assert load_config(parse_flags("--source", "dir:/a", "--source", "replay:/b"), {}).source == ("dir:/a", "replay:/b")
     assert load_config({}, {"WARPWATCH_SOURCE": "dir:/a  replay:/b"}).source == ("dir:/a", "replay:/b")
 
 
@@ -138,8 +135,10 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize(("text", "size"), [("4096", 4096), ("512MiB", 512 * 2**20), ("2GiB", 2 * 2**30),
-                                            ("10GB", 10 * 10**9), ("1kB", 1000), ("3KiB", 3072)])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("4096", 4096), ("512MiB", 512 * 2**20), ("2GiB", 2 * 2**30), ("10GB", 10 * 10**9), ("1kB", 1000), ("3KiB", 3072)],
+)
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
 
@@ -147,30 +146,42 @@ def test_sizes(text: str, size: int) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"WARPWATCH_PERIOD": "10 parsecs"},
-         "period (WARPWATCH_PERIOD): invalid value '10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h"),
-        ({"WARPWATCH_MAX_TRACE_BYTES": "lots"},
-         "max_trace_bytes (WARPWATCH_MAX_TRACE_BYTES): invalid value 'lots': expected a size such as 4096, "
-         "512MiB, 2GiB"),
-        ({"WARPWATCH_TOP_KERNELS": "many"},
-         "top_kernels (WARPWATCH_TOP_KERNELS): invalid value 'many': invalid literal for int() with base 10: "
-         "'many'"),
-        ({"WARPWATCH_LOG_FORMAT": "xml"},
-         "log_format (WARPWATCH_LOG_FORMAT): invalid value 'xml': expected one of text, json"),
-        ({"WARPWATCH_ALLOW_HIGH_DUTY": "maybe"},
-         "allow_high_duty (WARPWATCH_ALLOW_HIGH_DUTY): invalid value 'maybe': expected true or false"),
-        ({"WARPWATCH_WINDOW": "10s"},
-         "window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, lengthen the "
-         "period, or pass --allow-high-duty"),
+        (
+            {"WARPWATCH_PERIOD": "10 parsecs"},
+            "period (WARPWATCH_PERIOD): invalid value '10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h",
+        ),
+        (
+            {"WARPWATCH_MAX_TRACE_BYTES": "lots"},
+            "max_trace_bytes (WARPWATCH_MAX_TRACE_BYTES): invalid value 'lots': expected a size such as 4096, "
+            "512MiB, 2GiB",
+        ),
+        (
+            {"WARPWATCH_TOP_KERNELS": "many"},
+            "top_kernels (WARPWATCH_TOP_KERNELS): invalid value 'many': invalid literal for int() with base 10: 'many'",
+        ),
+        (
+            {"WARPWATCH_LOG_FORMAT": "xml"},
+            "log_format (WARPWATCH_LOG_FORMAT): invalid value 'xml': expected one of text, json",
+        ),
+        (
+            {"WARPWATCH_ALLOW_HIGH_DUTY": "maybe"},
+            "allow_high_duty (WARPWATCH_ALLOW_HIGH_DUTY): invalid value 'maybe': expected true or false",
+        ),
+        (
+            {"WARPWATCH_WINDOW": "10s"},
+            "window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, lengthen the "
+            "period, or pass --allow-high-duty",
+        ),
         ({"WARPWATCH_WINDOW": "2m"}, "window: must be shorter than period (window 120s, period 60s)"),
         ({"WARPWATCH_PERIOD": "0"}, "period: must be greater than 0 (got 0s)"),
         ({"WARPWATCH_JITTER": "90s"}, "jitter: must be shorter than period (jitter 90s, period 60s)"),
         ({"WARPWATCH_PORT": "70000"}, "port: must be between 0 and 65535 (got 70000)"),
         ({"WARPWATCH_TOP_KERNELS": "0"}, "top_kernels: must be between 1 and 10000 (got 0)"),
-        ({"WARPWATCH_RETENTION_FILES": "-1"},
-         "retention_files: must not be negative (0 means no bound; got -1)"),
-        ({"WARPWATCH_GPU_PROPERTIES": "/nonexistent/props.json"},
-         "gpu_properties: file '/nonexistent/props.json' does not exist or is not a file"),
+        ({"WARPWATCH_RETENTION_FILES": "-1"}, "retention_files: must not be negative (0 means no bound; got -1)"),
+        (
+            {"WARPWATCH_GPU_PROPERTIES": "/nonexistent/props.json"},
+            "gpu_properties: file '/nonexistent/props.json' does not exist or is not a file",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_a_message_naming_them(env: dict[str, str], message: str) -> None:
@@ -180,11 +191,27 @@ def test_bad_settings_are_refused_with_a_message_naming_them(env: dict[str, str]
 
 
 def test_high_duty_is_allowed_when_asked_for() -> None:
-    cfg = load_config({}, {**BASE, "WARPWATCH_WINDOW": "50ms", "WARPWATCH_PERIOD": "1s",
-                           "WARPWATCH_ALLOW_HIGH_DUTY": "on", "WARPWATCH_JITTER": "0"})
+    cfg = load_config(
+        {},
+        {
+            **BASE,
+            "WARPWATCH_WINDOW": "50ms",
+            "WARPWATCH_PERIOD": "1s",
+            "WARPWATCH_ALLOW_HIGH_DUTY": "on",
+            "WARPWATCH_JITTER": "0",
+        },
+    )
     assert cfg.duty == pytest.approx(0.05)
-    cfg = load_config({}, {**BASE, "WARPWATCH_WINDOW": "500ms", "WARPWATCH_PERIOD": "1s",
-                           "WARPWATCH_ALLOW_HIGH_DUTY": "on", "WARPWATCH_JITTER": "0"})
+    cfg = load_config(
+        {},
+        {
+            **BASE,
+            "WARPWATCH_WINDOW": "500ms",
+            "WARPWATCH_PERIOD": "1s",
+            "WARPWATCH_ALLOW_HIGH_DUTY": "on",
+            "WARPWATCH_JITTER": "0",
+        },
+    )
     assert cfg.duty == 0.5
 
 
@@ -206,8 +233,9 @@ def test_a_bad_value_in_the_file_names_the_key_and_the_file(tmp_path: Path) -> N
     yml.write_text("source: dir:/x\nperiod: soon\n")
     with pytest.raises(ConfigError) as info:
         load_config({}, {}, yml)
-    assert str(info.value) == (f"period (period in {yml}): invalid value 'soon': "
-                               "expected a duration such as 500ms, 10s, 2m, 1h")
+    assert str(info.value) == (
+        f"period (period in {yml}): invalid value 'soon': expected a duration such as 500ms, 10s, 2m, 1h"
+    )
 
 
 def test_a_missing_or_broken_config_file_is_a_config_error(tmp_path: Path) -> None:
@@ -228,7 +256,11 @@ def test_yaml_native_types_are_accepted(tmp_path: Path) -> None:
     yml.write_text("source: [dir:/a, dir:/b]\nperiod: 120\nallow_high_duty: true\nretention_bytes: 1000\n")
     cfg = load_config({}, {}, yml)
     assert (cfg.source, cfg.period, cfg.allow_high_duty, cfg.retention_bytes) == (
-        ("dir:/a", "dir:/b"), 120.0, True, 1000)
+        ("dir:/a", "dir:/b"),
+        120.0,
+        True,
+        1000,
+    )
 
 
 def test_every_flag_is_in_the_help_with_its_environment_variable() -> None:

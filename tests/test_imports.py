@@ -57,8 +57,10 @@ def statements(node: ast.AST) -> Iterator[ast.AST]:
 
 def import_graph() -> dict[str, set[str]]:
     known = modules()
-    return {name: set(imported(package_of(name, path), path.read_text(encoding="utf-8"), known)) - {name}
-            for name, path in known.items()}
+    return {
+        name: set(imported(package_of(name, path), path.read_text(encoding="utf-8"), known)) - {name}
+        for name, path in known.items()
+    }
 
 
 def package_of(name: str, path: Path) -> str:
@@ -99,8 +101,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_imports_in_functions_and_type_checking_blocks() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    sources = {"warpwatch.x": "def f():\n    from .y import g\n",
-               "warpwatch.y": "if TYPE_CHECKING:\n    import warpwatch.x\n"}
+    sources = {
+        "warpwatch.x": "def f():\n    from .y import g\n",
+        "warpwatch.y": "if TYPE_CHECKING:\n    import warpwatch.x\n",
+    }
     edges = {name: set(imported("warpwatch", src, sources)) for name, src in sources.items()}
     assert circles(edges) == [["warpwatch.x", "warpwatch.y"]]
 

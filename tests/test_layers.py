@@ -29,14 +29,17 @@ def imports_of(stage: str) -> dict[str, set[str]]:
 
 
 def test_export_imports_nothing_from_capture() -> None:
-    offending = {f: sorted(m for m in mods if m.startswith("warpwatch.capture"))
-                 for f, mods in imports_of("export").items()}
+    offending = {
+        f: sorted(m for m in mods if m.startswith("warpwatch.capture")) for f, mods in imports_of("export").items()
+    }
     assert {f: m for f, m in offending.items() if m} == {}
 
 
 def test_capture_names_no_metric() -> None:
-    offending = {f: sorted(m for m in mods if m.startswith(("warpwatch.export", "prometheus_client")))
-                 for f, mods in imports_of("capture").items()}
+    offending = {
+        f: sorted(m for m in mods if m.startswith(("warpwatch.export", "prometheus_client")))
+        for f, mods in imports_of("capture").items()
+    }
     assert {f: m for f, m in offending.items() if m} == {}
     for path in (PACKAGE / "capture").rglob("*.py"):
         assert "_total" not in path.read_text(), path
@@ -49,15 +52,25 @@ def test_the_source_stats_live_below_capture_and_export() -> None:
 def test_no_getattr_probes_a_source() -> None:
     for path in [*(PACKAGE / "service").rglob("*.py"), *(PACKAGE / "export").rglob("*.py")]:
         tree = ast.parse(path.read_text())
-        probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                  and n.func.id in ("getattr", "hasattr") and isinstance(n.args[0], ast.Name)
-                  and n.args[0].id in ("src", "source")]
+        probes = [
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id in ("getattr", "hasattr")
+            and isinstance(n.args[0], ast.Name)
+            and n.args[0].id in ("src", "source")
+        ]
         assert probes == [], path
 
 
 def test_no_test_touches_a_private_attribute_of_the_service_or_the_builder() -> None:
     private = re.compile(r"\b(svc|service|builder|self\.builder)\._[a-z]\w*")
     tests = Path(__file__).resolve().parent
-    offending = [f"{p.relative_to(tests)}:{n}" for p in sorted(tests.rglob("*.py"))
-                 for n, line in enumerate(p.read_text().splitlines(), 1) if private.search(line)]
+    offending = [
+        f"{p.relative_to(tests)}:{n}"
+        for p in sorted(tests.rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
     assert offending == []

@@ -21,11 +21,15 @@ def fake(tmp_path: Path, cgroup: str, files: dict[str, str]) -> tuple[Path, Path
 
 
 def test_v2_takes_the_tightest_limit_of_the_cgroup_and_its_ancestors(tmp_path: Path) -> None:
-    proc, root = fake(tmp_path, "0::/kubepods/pod1/agent\n", {
-        "kubepods/memory.max": "max\n",
-        "kubepods/pod1/memory.max": "536870912\n",
-        "kubepods/pod1/agent/memory.max": "1073741824\n",
-    })
+    proc, root = fake(
+        tmp_path,
+        "0::/kubepods/pod1/agent\n",
+        {
+            "kubepods/memory.max": "max\n",
+            "kubepods/pod1/memory.max": "536870912\n",
+            "kubepods/pod1/agent/memory.max": "1073741824\n",
+        },
+    )
     found = cgroup_memory_limit(proc, root)
     assert found.limit == 512 * MiB
     assert found.where == str(root / "kubepods/pod1/memory.max")
@@ -37,10 +41,14 @@ def test_v2_in_a_container_reads_its_own_root(tmp_path: Path) -> None:
 
 
 def test_v1_reads_memory_limit_in_bytes_and_treats_the_huge_default_as_no_limit(tmp_path: Path) -> None:
-    proc, root = fake(tmp_path, "4:memory:/process_api/x\n3:cpuset:/\n0::/\n", {
-        "memory/memory.limit_in_bytes": "9223372036854771712\n",
-        "memory/process_api/x/memory.limit_in_bytes": "268435456\n",
-    })
+    proc, root = fake(
+        tmp_path,
+        "4:memory:/process_api/x\n3:cpuset:/\n0::/\n",
+        {
+            "memory/memory.limit_in_bytes": "9223372036854771712\n",
+            "memory/process_api/x/memory.limit_in_bytes": "268435456\n",
+        },
+    )
     assert cgroup_memory_limit(proc, root).limit == 256 * MiB
     proc2, root2 = fake(tmp_path / "b", "4:memory:/\n", {"memory/memory.limit_in_bytes": "9223372036854771712\n"})
     found = cgroup_memory_limit(proc2, root2)

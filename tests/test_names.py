@@ -36,8 +36,14 @@ def test_no_file_or_folder_is_named_after_an_issue() -> None:
 
 @pytest.mark.slow  # a Python of its own that imports the attack modules
 def test_the_attacks_command_runs_the_renamed_modules() -> None:
-    proc = subprocess.run([sys.executable, "benchmarks/attacks", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "1000"})  # help unwrapped
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/attacks", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "1000"},
+    )  # help unwrapped
     assert proc.returncode == 0, proc.stderr
     groups = "comma-separated: idle,slowloris,headers,vanish,auth,daemon,misc, hostile (all of daemon_slash,"
     assert groups in proc.stdout

@@ -23,9 +23,27 @@ def test_overhead_benchmark_runs_and_writes_its_tables(tmp_path: Path) -> None:
     vllm_python()  # skips (fails under CI=true) without vLLM
     out = tmp_path / "overhead.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--rounds", "1", "--arm-seconds", "12",
-         "--daemon-seconds", "12", "--arms", "none", "duty10", "--json", str(out)],
-        capture_output=True, text=True, timeout=880, cwd=ROOT, check=False)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "overhead.py"),
+            "--rounds",
+            "1",
+            "--arm-seconds",
+            "12",
+            "--daemon-seconds",
+            "12",
+            "--arms",
+            "none",
+            "duty10",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=880,
+        cwd=ROOT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert [a["arm"] for a in doc["vllm_arms"]] == ["none", "duty10"]
@@ -36,6 +54,10 @@ def test_overhead_benchmark_runs_and_writes_its_tables(tmp_path: Path) -> None:
     assert duty10["served"]["windows"] >= 1 and duty10["agent"]["tracebacks"] == 0, duty10
     assert doc["daemon_arms"][0]["steps"]["steps"] > 0
     assert doc["machine"]["nproc"] >= 1
-    headings = ("| arm | rounds | windows | tokens/s", "| arm | windows | between window starts",
-                "| arm | agent: period", "| arm | rounds | windows | steps/s")
+    headings = (
+        "| arm | rounds | windows | tokens/s",
+        "| arm | windows | between window starts",
+        "| arm | agent: period",
+        "| arm | rounds | windows | steps/s",
+    )
     assert all(h in done.stdout for h in headings), done.stdout

@@ -32,7 +32,7 @@ def _section(title: str) -> str:
     text = README.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def _bash_blocks(section: str) -> list[str]:
@@ -67,8 +67,9 @@ def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_co
     run = install.split(" && ")[-1]
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
-    agent = subprocess.Popen([*_local(run), "--port", str(port)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    agent = subprocess.Popen(
+        [*_local(run), "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         command = curl.replace("localhost:9946", f"localhost:{port}")
         assert command != curl, "the README's curl no longer names the default port"
@@ -108,8 +109,9 @@ def test_quick_start_says_why_counters_are_left_out_and_the_tests_section_says_w
 
 def test_quick_start_analyze_shows_the_reproduction() -> None:
     *_, analyze, _ci = _bash_blocks(_section("Quick start"))
-    proc = subprocess.run(_local(analyze), capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        _local(analyze), capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "COLUMNS": "200"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert "-396" in proc.stdout and "5.82" in proc.stdout and "busy 40.6%" in proc.stdout
     assert "sm_count_invalid (9 launches)" in proc.stdout

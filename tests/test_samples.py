@@ -121,8 +121,12 @@ def test_the_device_is_a_real_rtx_2080_ti_record(repro: dict[str, Any], shared_t
 
 @pytest.mark.slow
 def test_analyze_shows_the_negative_value_beside_the_corrected_one_and_a_busy_gpu(repro: dict[str, Any]) -> None:
-    result = subprocess.run([sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(REPRO)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(REPRO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     (trace,) = json.loads(result.stdout)["traces"]
     relu = next(k for k in trace["kernels"] if "threshold_kernel_impl" in k["name"])
@@ -137,8 +141,13 @@ def test_analyze_shows_the_negative_value_beside_the_corrected_one_and_a_busy_gp
     (device,) = trace["devices"]
     assert device["busy_ratio"] == pytest.approx(expected_busy, rel=1e-9)
     assert 0.40 < expected_busy < 0.41
-    table = subprocess.run([sys.executable, "-m", "warpwatch", "analyze", str(REPRO)],
-                           capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    table = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "analyze", str(REPRO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": "/usr/bin"},
+    )
     assert table.returncode == 0, table.stderr
     assert "-396" in table.stdout and "5.82" in table.stdout
     assert "busy 40.6%" in table.stdout

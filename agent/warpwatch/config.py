@@ -64,6 +64,7 @@ def default_jitter(period: float) -> float:
     rhythm (a 2 s period gets 0.2 s, not 5 s, which would be refused as longer than the period)."""
     return min(DEFAULT_JITTER_S, period / 10.0)
 
+
 Kind = Literal["str", "int", "duration", "size", "bool", "list", "path", "choice", "ratio"]
 
 
@@ -97,55 +98,106 @@ class Setting:
 GiB = 1024**3
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("source", "list", (),
-            "where windows come from, repeatable: dir:PATH (finished trace files dropped in a folder), "
-            "replay:PATH (a file or folder replayed in a loop), kineto-daemon (PyTorch processes started "
-            "with KINETO_USE_DAEMON=1), vllm:URL[,dir=PATH], sglang:URL[,dir=PATH]", metavar="SPEC"),
+    Setting(
+        "source",
+        "list",
+        (),
+        "where windows come from, repeatable: dir:PATH (finished trace files dropped in a folder), "
+        "replay:PATH (a file or folder replayed in a loop), kineto-daemon (PyTorch processes started "
+        "with KINETO_USE_DAEMON=1), vllm:URL[,dir=PATH], sglang:URL[,dir=PATH]",
+        metavar="SPEC",
+    ),
     Setting("address", "str", "0.0.0.0", "address the HTTP server (/metrics, /healthz, /readyz) binds"),
     Setting("port", "int", 9946, "HTTP port (0 picks a free one and logs it)"),
     Setting("period", "duration", 60.0, "time between the starts of two capture windows"),
     Setting("window", "duration", 1.0, "length of one capture window"),
-    Setting("overhead_budget", "ratio", DEFAULT_OVERHEAD_BUDGET,
-            "share of the traced server's time the agent may cost, as measured (stop stalls, served slowdown); "
-            "above it the period is stretched (docs/overhead.md)", metavar="SHARE", default_text="1%"),
-    Setting("adaptive_window", "bool", False,
-            "probe with longer windows now and then, and lengthen the window when kernels comparable to it "
-            "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)"),
-    Setting("jitter", "duration", None, "random delay added to each window's start, spreads agents apart",
-            default_text="min(5s, period/10)"),
-    Setting("top_kernels", "int", 16, "kernels exported per GPU (by GPU time); the rest fold into kernel=\"other\""),
-    Setting("kernel_gauges", "bool", False,
-            "also export the per-kernel last-round gauges (8 series per kernel); rates of the per-kernel "
-            "counters answer the same questions (docs/metrics.md)"),
-    Setting("max_gpus", "int", MAX_GPUS,
-            "GPUs exported at once (traces may name any device id); beyond, a new GPU takes the place of "
-            "the least recently updated one, or is left out and counted in warpwatch_errors_total"),
+    Setting(
+        "overhead_budget",
+        "ratio",
+        DEFAULT_OVERHEAD_BUDGET,
+        "share of the traced server's time the agent may cost, as measured (stop stalls, served slowdown); "
+        "above it the period is stretched (docs/overhead.md)",
+        metavar="SHARE",
+        default_text="1%",
+    ),
+    Setting(
+        "adaptive_window",
+        "bool",
+        False,
+        "probe with longer windows now and then, and lengthen the window when kernels comparable to it "
+        "show up, within the duty cap (sources where the agent chooses the window; docs/metrics.md)",
+    ),
+    Setting(
+        "jitter",
+        "duration",
+        None,
+        "random delay added to each window's start, spreads agents apart",
+        default_text="min(5s, period/10)",
+    ),
+    Setting("top_kernels", "int", 16, 'kernels exported per GPU (by GPU time); the rest fold into kernel="other"'),
+    Setting(
+        "kernel_gauges",
+        "bool",
+        False,
+        "also export the per-kernel last-round gauges (8 series per kernel); rates of the per-kernel "
+        "counters answer the same questions (docs/metrics.md)",
+    ),
+    Setting(
+        "max_gpus",
+        "int",
+        MAX_GPUS,
+        "GPUs exported at once (traces may name any device id); beyond, a new GPU takes the place of "
+        "the least recently updated one, or is left out and counted in warpwatch_errors_total",
+    ),
     Setting("log_level", "choice", "info", "log level", choices=("debug", "info", "warning", "error")),
-    Setting("log_format", "choice", "text", "log line format: key=value text or JSON",
-            choices=("text", "json")),
-    Setting("allow_high_duty", "bool", False,
-            f"allow window/period above {MAX_DUTY:.0%} (profiling slows the workload while a window is open)"),
+    Setting("log_format", "choice", "text", "log line format: key=value text or JSON", choices=("text", "json")),
+    Setting(
+        "allow_high_duty",
+        "bool",
+        False,
+        f"allow window/period above {MAX_DUTY:.0%} (profiling slows the workload while a window is open)",
+    ),
     Setting("trace_dir", "path", Path("/tmp/warpwatch"), "folder where capture sources have traces written"),
-    Setting("delete_processed", "bool", False,
-            "delete trace files once analysed (dir:, vllm:, sglang:; kineto-daemon always deletes its own)"),
-    Setting("retention_files", "int", 0,
-            "keep at most this many files in a dir: source's folder, deleting the oldest processed ones "
-            "(0: no bound)"),
-    Setting("retention_bytes", "size", 0,
-            "keep at most this many bytes in a dir: source's folder, deleting the oldest processed files "
-            "(0: no bound)"),
-    Setting("max_trace_bytes", "size", 2 * GiB,
-            "largest trace accepted, decompressed; a larger one fails its window"),
-    Setting("collect_timeout", "duration", 30.0,
-            "how long a source may wait for a window's trace beyond the window itself; a dir: source "
-            "hands over a file that never looks complete after this long (its window then fails)"),
-    Setting("gpu_properties", "path", None,
-            "JSON file of device properties, for traces that carry none"),
-    Setting("web_config", "path", None,
-            "Prometheus exporter-toolkit web config file: TLS, client certificates, basic auth, response headers"),
-    Setting("evidence_dir", "path", None,
-            "folder where the traces of the windows that matter are kept, gzip-compressed, with a JSON summary "
-            "beside each, and served on /evidence (none: nothing kept; README, \"From an alert to its trace\")"),
+    Setting(
+        "delete_processed",
+        "bool",
+        False,
+        "delete trace files once analysed (dir:, vllm:, sglang:; kineto-daemon always deletes its own)",
+    ),
+    Setting(
+        "retention_files",
+        "int",
+        0,
+        "keep at most this many files in a dir: source's folder, deleting the oldest processed ones (0: no bound)",
+    ),
+    Setting(
+        "retention_bytes",
+        "size",
+        0,
+        "keep at most this many bytes in a dir: source's folder, deleting the oldest processed files (0: no bound)",
+    ),
+    Setting("max_trace_bytes", "size", 2 * GiB, "largest trace accepted, decompressed; a larger one fails its window"),
+    Setting(
+        "collect_timeout",
+        "duration",
+        30.0,
+        "how long a source may wait for a window's trace beyond the window itself; a dir: source "
+        "hands over a file that never looks complete after this long (its window then fails)",
+    ),
+    Setting("gpu_properties", "path", None, "JSON file of device properties, for traces that carry none"),
+    Setting(
+        "web_config",
+        "path",
+        None,
+        "Prometheus exporter-toolkit web config file: TLS, client certificates, basic auth, response headers",
+    ),
+    Setting(
+        "evidence_dir",
+        "path",
+        None,
+        "folder where the traces of the windows that matter are kept, gzip-compressed, with a JSON summary "
+        'beside each, and served on /evidence (none: nothing kept; README, "From an alert to its trace")',
+    ),
     Setting("evidence_bytes", "size", GiB, "bound on the bytes kept in evidence_dir; the oldest go first"),
     Setting("evidence_files", "int", 500, "bound on the windows kept in evidence_dir; the oldest go first"),
 )
@@ -196,15 +248,23 @@ class Config:
 
 def _parser_for(setting: Setting) -> Callable[[object], Any]:
     if setting.kind == "choice":
+
         def choice(value: object) -> str:
             text = parse_str(value).strip().lower()
             if text not in setting.choices:
                 raise ValueError("expected one of " + ", ".join(setting.choices))
             return text
+
         return choice
     table: dict[str, Callable[[object], Any]] = {
-        "str": parse_str, "int": parse_int, "duration": parse_duration, "size": parse_size,
-        "bool": parse_bool, "list": parse_list, "path": parse_path, "ratio": parse_ratio,
+        "str": parse_str,
+        "int": parse_int,
+        "duration": parse_duration,
+        "size": parse_size,
+        "bool": parse_bool,
+        "list": parse_list,
+        "path": parse_path,
+        "ratio": parse_ratio,
     }
     return table[setting.kind]
 
@@ -216,21 +276,37 @@ def _parser_for(setting: Setting) -> Callable[[object], Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per setting (plus `--config`). Unset flags stay absent from the namespace,
     so that the environment and the file can fill them."""
-    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                        help=f"YAML file of settings (keys as the flags, with _; env {CONFIG_FILE_ENV})")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help=f"YAML file of settings (keys as the flags, with _; env {CONFIG_FILE_ENV})",
+    )
     for s in SETTINGS:
         default_text = _default_text(s)
         help_text = f"{s.help} (env {s.env}; default {default_text})".replace("%", "%%")
         if s.kind == "bool":
-            parser.add_argument(s.flag, dest=s.name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(
+                s.flag, dest=s.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text
+            )
         elif s.kind == "list":
-            parser.add_argument(s.flag, dest=s.name, action="append", default=argparse.SUPPRESS,
-                                metavar=s.metavar or "VALUE", help=help_text)
+            parser.add_argument(
+                s.flag,
+                dest=s.name,
+                action="append",
+                default=argparse.SUPPRESS,
+                metavar=s.metavar or "VALUE",
+                help=help_text,
+            )
         else:
-            parser.add_argument(s.flag, dest=s.name, default=argparse.SUPPRESS,
-                                metavar=s.metavar or s.name.upper(),
-                                choices=s.choices or None, help=help_text)
+            parser.add_argument(
+                s.flag,
+                dest=s.name,
+                default=argparse.SUPPRESS,
+                metavar=s.metavar or s.name.upper(),
+                choices=s.choices or None,
+                help=help_text,
+            )
 
 
 def _default_text(s: Setting) -> str:
@@ -260,8 +336,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"config file {os.fspath(path)!r}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {os.fspath(path)!r}: not UTF-8 text (byte {exc.start}); "
-                          "save it as UTF-8") from None
+        raise ConfigError(
+            f"config file {os.fspath(path)!r}: not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -344,19 +421,20 @@ def validate(config: Config) -> None:
         if getattr(config, name) > bound:
             raise ConfigError(f"{name}: must be at most {bound:g}s ({why}; got {getattr(config, name):g}s)")
     if config.window >= config.period:
-        raise ConfigError(f"window: must be shorter than period (window {config.window:g}s, "
-                          f"period {config.period:g}s)")
+        raise ConfigError(f"window: must be shorter than period (window {config.window:g}s, period {config.period:g}s)")
     if config.jitter >= config.period:
-        raise ConfigError(f"jitter: must be shorter than period (jitter {config.jitter:g}s, "
-                          f"period {config.period:g}s)")
+        raise ConfigError(f"jitter: must be shorter than period (jitter {config.jitter:g}s, period {config.period:g}s)")
     if config.duty > MAX_DUTY and not config.allow_high_duty:
         raise ConfigError(
             f"window: {config.window:g}s per {config.period:g}s period is a capture duty of "
             f"{config.duty:.0%}, above {MAX_DUTY:.0%}; shorten the window, lengthen the period, "
-            f"or pass --allow-high-duty")
+            f"or pass --allow-high-duty"
+        )
     if not 0 < config.overhead_budget <= MAX_OVERHEAD_BUDGET:
-        raise ConfigError(f"overhead_budget: must be a share above 0 and at most 100% "
-                          f"(got {config.overhead_budget:g}); e.g. 1% or 0.01")
+        raise ConfigError(
+            f"overhead_budget: must be a share above 0 and at most 100% "
+            f"(got {config.overhead_budget:g}); e.g. 1% or 0.01"
+        )
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"port: must be between 0 and 65535 (got {config.port})")
     if not 1 <= config.top_kernels <= 10_000:
@@ -387,8 +465,9 @@ def describe(config: Config) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(Config):
         value = getattr(config, f.name)
-        out[f.name] = " ".join(value) if isinstance(value, tuple) else (
-            os.fspath(value) if isinstance(value, Path) else value)
+        out[f.name] = (
+            " ".join(value) if isinstance(value, tuple) else (os.fspath(value) if isinstance(value, Path) else value)
+        )
     return out
 
 

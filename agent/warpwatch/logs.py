@@ -33,8 +33,15 @@ FIELDS_ATTR = "warpwatch_fields"
 _RESERVED = ("ts", "level", "logger", "event")
 
 
-def event(logger: logging.Logger, name: str, level: int = logging.INFO, /, *,
-          exc_info: BaseException | None = None, **fields: Any) -> None:
+def event(
+    logger: logging.Logger,
+    name: str,
+    level: int = logging.INFO,
+    /,
+    *,
+    exc_info: BaseException | None = None,
+    **fields: Any,
+) -> None:
     """Log one event with structured fields (`name`, `level` are positional: any key is a field)."""
     if logger.isEnabledFor(level):
         logger.log(level, name, extra={FIELDS_ATTR: fields}, exc_info=exc_info)
@@ -46,8 +53,9 @@ class RepeatFilter:
     Thread-safe; remembers at most `max_keys` keys (the least recently seen are forgotten).
     """
 
-    def __init__(self, interval_s: float = 600.0, *, max_keys: int = 1024,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, interval_s: float = 600.0, *, max_keys: int = 1024, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.interval_s = interval_s
         self._max_keys = max_keys
         self._clock = clock
@@ -73,8 +81,17 @@ class RepeatFilter:
             return repeats
 
 
-def limited_event(logger: logging.Logger, limiter: RepeatFilter, key: Hashable, name: str,
-                  level: int = logging.WARNING, /, *, exc_info: BaseException | None = None, **fields: Any) -> None:
+def limited_event(
+    logger: logging.Logger,
+    limiter: RepeatFilter,
+    key: Hashable,
+    name: str,
+    level: int = logging.WARNING,
+    /,
+    *,
+    exc_info: BaseException | None = None,
+    **fields: Any,
+) -> None:
     """`event`, at `level` when `limiter` lets this repeat through (with `repeats=N` when some were
     left out), else at debug level."""
     repeats = limiter.check(key)

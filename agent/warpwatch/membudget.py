@@ -130,8 +130,14 @@ class MemoryBudget:
     def limit(self) -> int | None:
         return self.cgroup.limit
 
-    def read_limits(self, max_bytes: int = DEFAULT_MAX_BYTES, *, workers: int | None = None,
-                    in_use: int | None = None, cancel: Callable[[], bool] | None = None) -> ReadLimits:
+    def read_limits(
+        self,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        workers: int | None = None,
+        in_use: int | None = None,
+        cancel: Callable[[], bool] | None = None,
+    ) -> ReadLimits:
         """The limits of the next read, the process holding `in_use` bytes (default: its RSS now).
 
         Without a limit: `max_bytes` only. With one: pieces of at most 1/32 of what is free,
@@ -155,8 +161,14 @@ class MemoryBudget:
             f"{headroom / MiB:,.0f} MiB headroom, {n} x {piece * PIECE_FACTOR / MiB:,.0f} MiB for pieces: "
             f"{launch_bytes / MiB:,.0f} MiB for launches at {each} bytes each"
         )
-        return ReadLimits(max_bytes=max_bytes, max_launches=max_launches, piece_bytes=piece,
-                          workers=n if workers is not None or n < _cores() else None, budget=budget, cancel=cancel)
+        return ReadLimits(
+            max_bytes=max_bytes,
+            max_launches=max_launches,
+            piece_bytes=piece,
+            workers=n if workers is not None or n < _cores() else None,
+            budget=budget,
+            cancel=cancel,
+        )
 
     def describe(self, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
         """Figures for the agent's start log line."""
@@ -173,8 +185,9 @@ class MemoryBudget:
 def may_fork() -> bool:
     """Whether the process may fork decoding workers: forking a process that runs other threads
     can deadlock the child (locks held by them)."""
-    return (hasattr(os, "fork") and threading.active_count() == 1
-            and threading.current_thread() is threading.main_thread())
+    return (
+        hasattr(os, "fork") and threading.active_count() == 1 and threading.current_thread() is threading.main_thread()
+    )
 
 
 def _cores() -> int:

@@ -31,7 +31,7 @@ ARTIFACT_EXPLANATIONS: dict[str, str] = {
         "warpwatch recomputes it exactly from grid, block and the device's SM count."
     ),
     "non_finite": (
-        "The profiler wrote inf, nan or a string such as \"inf\" where a number belongs: it divided by an "
+        'The profiler wrote inf, nan or a string such as "inf" where a number belongs: it divided by an '
         "SM count of 0 because it could not read the device properties. warpwatch ignores these values."
     ),
     "grid_overflow": (

@@ -52,9 +52,14 @@ class LatencySplit:
     windows: int = 0
 
     def minus(self, earlier: LatencySplit) -> LatencySplit:
-        return LatencySplit(self.inside_s - earlier.inside_s, self.inside_tokens - earlier.inside_tokens,
-                            self.outside_s - earlier.outside_s, self.outside_tokens - earlier.outside_tokens,
-                            self.inside_wall_s - earlier.inside_wall_s, self.windows - earlier.windows)
+        return LatencySplit(
+            self.inside_s - earlier.inside_s,
+            self.inside_tokens - earlier.inside_tokens,
+            self.outside_s - earlier.outside_s,
+            self.outside_tokens - earlier.outside_tokens,
+            self.inside_wall_s - earlier.inside_wall_s,
+            self.windows - earlier.windows,
+        )
 
 
 def slowdown(split: LatencySplit) -> float | None:
@@ -170,6 +175,10 @@ class OverheadLedger:
 
     def view(self) -> OverheadView:
         slow = {name: s for name, led in self._sources.items() if (s := led.slowdown()) is not None}
-        return OverheadView(self.budget, self.period, slow, self.cost(),
-                            {name: led.histogram for name, led in self._sources.items()
-                             if sum(led.histogram.counts)})
+        return OverheadView(
+            self.budget,
+            self.period,
+            slow,
+            self.cost(),
+            {name: led.histogram for name, led in self._sources.items() if sum(led.histogram.counts)},
+        )

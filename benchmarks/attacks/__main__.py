@@ -20,25 +20,41 @@ from attacks.kit import ROOT, Row
 
 
 def table(rows: list[Row]) -> str:
-    out = ["| attack | scrape p50 / max ms (failed/total) | RSS MiB | PSS MiB | threads | fds | exit (stop s) | "
-           "tracebacks | note |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| attack | scrape p50 / max ms (failed/total) | RSS MiB | PSS MiB | threads | fds | exit (stop s) | "
+        "tracebacks | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        scrape = (f"{r.scrape_p50_ms} / {r.scrape_max_ms} ({r.scrape_failed}/{r.scrapes})" if r.scrapes else "-")
-        out.append(f"| {r.attack} | {scrape} | {r.rss_mib:.0f} | {r.pss_mib:.0f} | {r.threads} | {r.fds} | "
-                   f"{r.exit_code} ({r.stop_s}) | {r.tracebacks} | {r.note} |")
+        scrape = f"{r.scrape_p50_ms} / {r.scrape_max_ms} ({r.scrape_failed}/{r.scrapes})" if r.scrapes else "-"
+        out.append(
+            f"| {r.attack} | {scrape} | {r.rss_mib:.0f} | {r.pss_mib:.0f} | {r.threads} | {r.fds} | "
+            f"{r.exit_code} ({r.stop_s}) | {r.tracebacks} | {r.note} |"
+        )
     return "\n".join(out)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agent-path", type=Path, default=ROOT / "agent",
-                        help="the agent/ folder of the checkout to attack (default: this one)")
-    parser.add_argument("--only", default=",".join([*FLOODS, "hostile"]),
-                        help="comma-separated: " + ",".join(FLOODS) + ", hostile (all of " + ",".join(HOSTILE) + ") "
-                        "or any of them by name (default: all)")
-    parser.add_argument("--rss-cap", type=float, default=8192.0,
-                        help="MiB above which the agent is killed (the hostile rows: also the memory cgroup "
-                        "each agent runs in, at most 2048)")
+    parser.add_argument(
+        "--agent-path",
+        type=Path,
+        default=ROOT / "agent",
+        help="the agent/ folder of the checkout to attack (default: this one)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join([*FLOODS, "hostile"]),
+        help="comma-separated: " + ",".join(FLOODS) + ", hostile (all of " + ",".join(HOSTILE) + ") "
+        "or any of them by name (default: all)",
+    )
+    parser.add_argument(
+        "--rss-cap",
+        type=float,
+        default=8192.0,
+        help="MiB above which the agent is killed (the hostile rows: also the memory cgroup "
+        "each agent runs in, at most 2048)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     attacks = {**FLOODS, **HOSTILE}
@@ -61,4 +77,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -45,8 +45,11 @@ def wait_until(check: Callable[[], bool], timeout_s: float, step: float = 0.1) -
 
 def metric(body: str, name: str, **labels: str) -> float | None:
     want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    m = re.search(rf"^{re.escape(name)}(?:\{{{re.escape(want)}\}})? (\S+)$", body, re.M) if labels else \
-        re.search(rf"^{re.escape(name)} (\S+)$", body, re.M)
+    m = (
+        re.search(rf"^{re.escape(name)}(?:\{{{re.escape(want)}\}})? (\S+)$", body, re.M)
+        if labels
+        else re.search(rf"^{re.escape(name)} (\S+)$", body, re.M)
+    )
     return float(m.group(1)) if m else None
 
 
@@ -125,5 +128,3 @@ def describe(w: dict[str, str] | None, waited: float) -> str:
     if w.get("error"):
         text += f" ({w['error'][:90]})"
     return text
-
-

@@ -96,8 +96,9 @@ def attack_headers(path: Path, rss_cap: float) -> list[Row]:
         agent = Agent([], path)
         stop = threading.Event()
         with observe(agent, row):
-            threads = [threading.Thread(target=_big_headers, args=(agent.port, stop, 6.3), daemon=True)
-                       for _ in range(clients)]
+            threads = [
+                threading.Thread(target=_big_headers, args=(agent.port, stop, 6.3), daemon=True) for _ in range(clients)
+            ]
             for t in threads:
                 t.start()
             deadline = time.monotonic() + 20
@@ -152,8 +153,12 @@ def scrape_once_from(port: int, source: str, headers: dict[str, str], timeout: f
     t0 = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as s:
-            lines = ["GET /metrics HTTP/1.1", "Host: x", "Connection: close",
-                     *(f"{k}: {v}" for k, v in headers.items())]
+            lines = [
+                "GET /metrics HTTP/1.1",
+                "Host: x",
+                "Connection: close",
+                *(f"{k}: {v}" for k, v in headers.items()),
+            ]
             s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
             data = b""
             while chunk := s.recv(65536):
@@ -172,11 +177,14 @@ def attack_auth(path: Path, rss_cap: float) -> list[Row]:
     good = {"Authorization": basic("prom", "right")}
     row = Row("auth: first scrape behind 32 guessers (cost 10)")
     agent = Agent(["--web-config", str(cfg)], path)
-    quiet = [scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("prom", f"first{i}")})[1]
-             for i in range(3)]
+    quiet = [
+        scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("prom", f"first{i}")})[1] for i in range(3)
+    ]
     stop = threading.Event()
-    threads = [threading.Thread(target=_guesser, args=(agent.port, stop, basic("prom", "wrong")), daemon=True)
-               for _ in range(32)]
+    threads = [
+        threading.Thread(target=_guesser, args=(agent.port, stop, basic("prom", "wrong")), daemon=True)
+        for _ in range(32)
+    ]
     with observe(agent, row, good):
         for t in threads:
             t.start()
@@ -186,20 +194,26 @@ def attack_auth(path: Path, rss_cap: float) -> list[Row]:
         stop.set()
         for t in threads:
             t.join(15)
-    row.note = (f"first scrape with new credentials: status {first[0]} in {first[1] * 1000:.0f} ms "
-                f"(quiet: {statistics.median(quiet) * 1000:.0f} ms)")
+    row.note = (
+        f"first scrape with new credentials: status {first[0]} in {first[1] * 1000:.0f} ms "
+        f"(quiet: {statistics.median(quiet) * 1000:.0f} ms)"
+    )
     rows.append(finish(agent, row))
 
     cfg5 = bcrypt_config(tmp, 5)  # htpasswd -B's cost
     row = Row("auth: user-name oracle, hash cost 5")
     agent = Agent(["--web-config", str(cfg5)], path)
     with observe(agent, row, good):
-        known = [scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("prom", f"x{i}")})[1]
-                 for i in range(30)]
-        unknown = [scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic(f"ghost{i}", "x")})[1]
-                   for i in range(30)]
-    row.note = (f"wrong password for a known user {statistics.median(known) * 1000:.1f} ms, unknown user "
-                f"{statistics.median(unknown) * 1000:.1f} ms (median of 30)")
+        known = [
+            scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("prom", f"x{i}")})[1] for i in range(30)
+        ]
+        unknown = [
+            scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic(f"ghost{i}", "x")})[1] for i in range(30)
+        ]
+    row.note = (
+        f"wrong password for a known user {statistics.median(known) * 1000:.1f} ms, unknown user "
+        f"{statistics.median(unknown) * 1000:.1f} ms (median of 30)"
+    )
     rows.append(finish(agent, row))
 
     codes: list[int | str] = []
@@ -207,8 +221,10 @@ def attack_auth(path: Path, rss_cap: float) -> list[Row]:
     for _ in range(10):
         agent = Agent(["--web-config", str(cfg)], path)
         stop = threading.Event()
-        threads = [threading.Thread(target=_guesser, args=(agent.port, stop, basic("prom", "wrong")), daemon=True)
-                   for _ in range(32)]
+        threads = [
+            threading.Thread(target=_guesser, args=(agent.port, stop, basic("prom", "wrong")), daemon=True)
+            for _ in range(32)
+        ]
         run = Row("")
         with observe(agent, run):
             for t in threads:
@@ -260,8 +276,9 @@ def attack_daemon(path: Path, rss_cap: float) -> list[Row]:
     rows.append(finish(agent, row))
 
     row = Row("daemon: client polled twice 40 s apart, then silent")
-    agent = Agent(["--source", f"kineto-daemon:socket_dir={sock_dir}", "--trace-dir", str(tmp / "t"),
-                   "--period", "50s"], path)
+    agent = Agent(
+        ["--source", f"kineto-daemon:socket_dir={sock_dir}", "--trace-dir", str(tmp / "t"), "--period", "50s"], path
+    )
     c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     c.bind("")
     c.settimeout(1)
@@ -293,16 +310,40 @@ def attack_misc(path: Path, rss_cap: float) -> list[Row]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
     env["PYTHONPATH"] = str(path)
     for name, args in (("--period 1e12", ["--period", "1e12"]),):
-        proc = subprocess.run([sys.executable, "-m", "warpwatch", "run", "--source", f"dir:{tmp}", "--port", "0",
-                               *args], capture_output=True, text=True, env=env, timeout=60, check=False)
-        rows.append(Row(f"config: {name}", exit_code=proc.returncode,
-                        tracebacks=proc.stderr.count("Traceback"), note=proc.stderr.strip().splitlines()[-1][:140]))
+        proc = subprocess.run(
+            [sys.executable, "-m", "warpwatch", "run", "--source", f"dir:{tmp}", "--port", "0", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        rows.append(
+            Row(
+                f"config: {name}",
+                exit_code=proc.returncode,
+                tracebacks=proc.stderr.count("Traceback"),
+                note=proc.stderr.strip().splitlines()[-1][:140],
+            )
+        )
     latin = tmp / "latin.yml"
     latin.write_bytes(b"source: dir:/caf\xe9\n")
-    proc = subprocess.run([sys.executable, "-m", "warpwatch", "run", "--config", str(latin)], capture_output=True,
-                          text=True, env=env, timeout=60, check=False)
-    rows.append(Row("config: non-UTF-8 file", exit_code=proc.returncode, tracebacks=proc.stderr.count("Traceback"),
-                    note=proc.stderr.strip().splitlines()[-1][:140]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "run", "--config", str(latin)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    rows.append(
+        Row(
+            "config: non-UTF-8 file",
+            exit_code=proc.returncode,
+            tracebacks=proc.stderr.count("Traceback"),
+            note=proc.stderr.strip().splitlines()[-1][:140],
+        )
+    )
 
     sock_dir = tmp / "s"
     row = Row("signal: SIGHUP")
@@ -311,12 +352,17 @@ def attack_misc(path: Path, rss_cap: float) -> list[Row]:
         time.sleep(1)
     row.exit_code, stop_s = agent.stop(signal.SIGHUP)
     row.stop_s = round(stop_s, 2)
-    row.note = (f"socket file left: {(sock_dir / 'dynolog').exists()}; "
-                f"logged: {any('SIGHUP' in line for line in agent.lines)}")
+    row.note = (
+        f"socket file left: {(sock_dir / 'dynolog').exists()}; logged: {any('SIGHUP' in line for line in agent.lines)}"
+    )
     rows.append(row)
 
-    proc2 = subprocess.Popen([sys.executable, "-m", "warpwatch", "run", "--source", f"dir:{tmp}", "--port", "0"],
-                             stderr=subprocess.PIPE, text=True, env=env)
+    proc2 = subprocess.Popen(
+        [sys.executable, "-m", "warpwatch", "run", "--source", f"dir:{tmp}", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     time.sleep(0.3)
     proc2.send_signal(signal.SIGINT)
     _, err = proc2.communicate(timeout=30)
@@ -336,13 +382,20 @@ def attack_misc(path: Path, rss_cap: float) -> list[Row]:
         with socket.create_connection(("127.0.0.1", agent.port), timeout=10) as s:
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip;q=0\r\nConnection: close\r\n\r\n")
             head = s.recv(4096).partition(b"\r\n\r\n")[0]
-    row.note = (f"HTTP/0.9 answered after {waited:.1f}s with {first[:24]!r}; "
-                f"gzip;q=0 gets gzip: {b'content-encoding: gzip' in head.lower()}")
+    row.note = (
+        f"HTTP/0.9 answered after {waited:.1f}s with {first[:24]!r}; "
+        f"gzip;q=0 gets gzip: {b'content-encoding: gzip' in head.lower()}"
+    )
     rows.append(finish(agent, row))
     return rows
 
 
 FLOODS: dict[str, Callable[[Path, float], list[Row]]] = {
-    "idle": attack_idle, "slowloris": attack_slowloris, "headers": attack_headers, "vanish": attack_vanish,
-    "auth": attack_auth, "daemon": attack_daemon, "misc": attack_misc,
+    "idle": attack_idle,
+    "slowloris": attack_slowloris,
+    "headers": attack_headers,
+    "vanish": attack_vanish,
+    "auth": attack_auth,
+    "daemon": attack_daemon,
+    "misc": attack_misc,
 }

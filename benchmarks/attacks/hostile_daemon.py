@@ -55,13 +55,22 @@ class DaemonPeer:
         self.fakes: list[socket.socket] = []
 
     def args(self, socket_dir: str | None = None, period: str = "8s", window: str = "300ms") -> list[str]:
-        return ["--source", f"kineto-daemon:socket_dir={socket_dir or self.sock}", "--trace-dir", str(self.traces),
-                "--period", period, "--window", window]
+        return [
+            "--source",
+            f"kineto-daemon:socket_dir={socket_dir or self.sock}",
+            "--trace-dir",
+            str(self.traces),
+            "--period",
+            period,
+            "--window",
+            window,
+        ]
 
     def spawn(self, seconds: float, socket_dir: str | None = None) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WARPWATCH_", "KINETO_"))}
-        env.update(KINETO_USE_DAEMON="1", KINETO_CONFIG=str(self.config),
-                   KINETO_IPC_SOCKET_DIR=socket_dir or str(self.sock))
+        env.update(
+            KINETO_USE_DAEMON="1", KINETO_CONFIG=str(self.config), KINETO_IPC_SOCKET_DIR=socket_dir or str(self.sock)
+        )
         log = open(self.root / f"client{len(self.clients)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen([sys.executable, "-c", CLIENT, str(seconds)], env=env, stdout=log, stderr=log)
         log.close()
@@ -96,23 +105,26 @@ def delivered(w: dict[str, str]) -> bool:
 def client_windows(agent: Agent, pid: int) -> list[dict[str, str]]:
     """Windows of one traced process: Kineto names its file after the pid (`..._<pid>.json`), and a
     window that got no file names the pid in its error."""
-    return [w for w in events(agent, "window")
-            if re.search(rf"_{pid}\.json", w.get("file", "")) or w.get("error", "").startswith(f"pid {pid}:")]
+    return [
+        w
+        for w in events(agent, "window")
+        if re.search(rf"_{pid}\.json", w.get("file", "")) or w.get("error", "").startswith(f"pid {pid}:")
+    ]
 
 
 def daemon_counters(agent: Agent) -> str:
     """The daemon source's own counts of what it refused (older agents, 4ac2651 among them, have none)."""
     _, body = scrape_body(agent.port)
     found = re.findall(
-        r'^warpwatch_daemon_(replies_dropped|clients_evicted)_total\{[^}]*reason="([^"]+)"[^}]*\} (\S+)$', body, re.M)
+        r'^warpwatch_daemon_(replies_dropped|clients_evicted)_total\{[^}]*reason="([^"]+)"[^}]*\} (\S+)$', body, re.M
+    )
     return "; ".join(f"{what} {reason} {float(v):.0f}" for what, reason, v in found if float(v)) or "no drop counted"
 
 
 def attack_daemon_slash(path: Path, rss_cap: float) -> list[Row]:
     """A real torch client and the agent both given KINETO_IPC_SOCKET_DIR ending in "/"."""
     peer = DaemonPeer()
-    run = Capped(Row('daemon: socket dir ending in "/", real torch client'), peer.args(f"{peer.sock}/"),
-                 path, rss_cap)
+    run = Capped(Row('daemon: socket dir ending in "/", real torch client'), peer.args(f"{peer.sock}/"), path, rss_cap)
     try:
         with run.observed() as agent:
             proc = peer.spawn(40, socket_dir=f"{peer.sock}/")
@@ -135,8 +147,12 @@ def attack_daemon_late(path: Path, rss_cap: float) -> list[Row]:
     """A real client polling every 5 s (Kineto's default); the agent stopped 6 s (SIGSTOP) so its
     replies to the polls queued meanwhile are late; then the next windows."""
     peer = DaemonPeer(poll_s=None)
-    run = Capped(Row("daemon: agent stalled 6 s, real client polling every 5 s"),
-                 peer.args(period="12s", window="300ms"), path, rss_cap)
+    run = Capped(
+        Row("daemon: agent stalled 6 s, real client polling every 5 s"),
+        peer.args(period="12s", window="300ms"),
+        path,
+        rss_cap,
+    )
     try:
         with run.observed() as agent:
             proc = peer.spawn(150)
@@ -175,14 +191,16 @@ def attack_daemon_mute(path: Path, rss_cap: float) -> list[Row]:
                     answered += 1
             proc = peer.spawn(60)
             t0 = time.monotonic()
-            wait_until(lambda: any(delivered(w) for w in client_windows(agent, proc.pid)) or run.dead(),
-                       40)
+            wait_until(lambda: any(delivered(w) for w in client_windows(agent, proc.pid)) or run.dead(), 40)
             took = time.monotonic() - t0
             mine = client_windows(agent, proc.pid)
             counted = daemon_counters(agent)
         ok = next((w for w in mine if delivered(w)), None)
-        real = (f"torch client's window delivered {took:.0f} s after its start" if ok
-                else f"no window delivered to the torch client in {took:.0f} s ({len(mine)} windows)")
+        real = (
+            f"torch client's window delivered {took:.0f} s after its start"
+            if ok
+            else f"no window delivered to the torch client in {took:.0f} s ({len(mine)} windows)"
+        )
         return [run.finish(f"a reading client got {answered}/3 replies; {real} ({counted})")]
     finally:
         peer.close()
@@ -200,15 +218,17 @@ def attack_daemon_registry(path: Path, rss_cap: float) -> list[Row]:
             time.sleep(2)
             proc = peer.spawn(60)
             t0 = time.monotonic()
-            wait_until(lambda: any(delivered(w) for w in client_windows(agent, proc.pid)) or run.dead(),
-                       45)
+            wait_until(lambda: any(delivered(w) for w in client_windows(agent, proc.pid)) or run.dead(), 45)
             took = time.monotonic() - t0
             mine = client_windows(agent, proc.pid)
             total = windows_total(agent)
             counted = daemon_counters(agent)
         ok = any(delivered(w) for w in mine)
-        real = (f"new client served: window delivered {took:.0f} s after its start" if ok
-                else f"new client locked out: no window for it in {took:.0f} s")
+        real = (
+            f"new client served: window delivered {took:.0f} s after its start"
+            if ok
+            else f"new client locked out: no window for it in {took:.0f} s"
+        )
         return [run.finish(f"{real} (all windows: {total}; {counted})")]
     finally:
         peer.close()
@@ -236,11 +256,15 @@ def attack_daemon_gap(path: Path, rss_cap: float) -> list[Row]:
             fake = client_windows(agent, 400_001)
             mine = [w.get("outcome", "?") for w in client_windows(agent, proc.pid)]
         m = re.search(r"within ([0-9.]+) s", fake[0].get("error", "")) if fake else None
-        waited = (f"the round waited {m.group(1)} s for the fake sender" if m else
-                  f"fake sender's window: {fake[0].get('error', '?')[:80]}" if fake else
-                  "the fake sender's window never ended" if not got else "?")
+        waited = (
+            f"the round waited {m.group(1)} s for the fake sender"
+            if m
+            else f"fake sender's window: {fake[0].get('error', '?')[:80]}"
+            if fake
+            else "the fake sender's window never ended"
+            if not got
+            else "?"
+        )
         return [run.finish(f"{waited}; real client's windows: {', '.join(mine) or 'none'}")]
     finally:
         peer.close()
-
-

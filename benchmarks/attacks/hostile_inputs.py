@@ -46,8 +46,16 @@ from .hostile_daemon import (
 )
 from .kit import ROOT, Row, close_all, connect_many, scrape_body
 
-HTA_TRACE = ROOT.parent / "shared" / "traces" / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data" \
-    / "df_index_resolver" / "df_index_resolver.json.gz"
+HTA_TRACE = (
+    ROOT.parent
+    / "shared"
+    / "traces"
+    / "facebookresearch__HolisticTraceAnalysis"
+    / "tests"
+    / "data"
+    / "df_index_resolver"
+    / "df_index_resolver.json.gz"
+)
 """A real 54 MB trace (19,370 launches; Kineto's one-event-per-line layout): several 8 MiB pieces."""
 NORMAL_KERNEL = (
     "_ZN2at6native54_GLOBAL__N__d8ceb000_21_DistributionNormal_cu_17e44f7d43distribution_elementwise_grid_"
@@ -97,10 +105,13 @@ def attack_nofile(path: Path, rss_cap: float) -> list[Row]:
     close_all(socks)
     held = metric(body, "warpwatch_http_connections") if status == 200 else None
     emfile = sum(1 for line in agent.lines if "Too many open files" in line)
-    fate = (f"trace: {describe(window_for(agent, 'control.json'), 15)}; windows: {total}; last /metrics "
-            f"{status or 'failed'}, connections held {'?' if held is None else int(held)}; "
-            f"{emfile} 'Too many open files' log lines" if alive
-            else f"agent exited {agent.proc.returncode} under {len(socks)} connections")
+    fate = (
+        f"trace: {describe(window_for(agent, 'control.json'), 15)}; windows: {total}; last /metrics "
+        f"{status or 'failed'}, connections held {'?' if held is None else int(held)}; "
+        f"{emfile} 'Too many open files' log lines"
+        if alive
+        else f"agent exited {agent.proc.returncode} under {len(socks)} connections"
+    )
     return [run.finish(f"{len(socks)} connected; {fate}")]
 
 
@@ -121,8 +132,9 @@ def _one_name(path: Path, rss_cap: float, title: str, name: str, wait_s: float) 
         wait_until(exported, max(1.0, wait_s - (time.monotonic() - t0)), step=0.5)
         waited = time.monotonic() - t0
         _, body = scrape_body(agent.port)
-        failed_rounds = sum(float(v) for v in re.findall(r'^warpwatch_errors_total\{[^}]*stage="round"[^}]*\} (\S+)$',
-                                                         body, re.M))
+        failed_rounds = sum(
+            float(v) for v in re.findall(r'^warpwatch_errors_total\{[^}]*stage="round"[^}]*\} (\S+)$', body, re.M)
+        )
     text = describe(window_for(agent, "names.json"), waited)
     text += f"; labels after {waited:.0f} s: {labels}"[:170] if labels else f"; no kernel labels after {waited:.0f} s"
     if failed_rounds:
@@ -228,8 +240,9 @@ def attack_truncate(path: Path, rss_cap: float) -> list[Row]:
             target.write_bytes(data)
             wait_until(lambda name=target.name: window_for(agent, name) is not None or run.dead(), 30)  # type: ignore[misc]
             w = window_for(agent, target.name)
-            outcomes.append((w.get("outcome", "?") + (f" ({w['error'][:40]})" if w.get("error") else "")) if w
-                            else "no window")
+            outcomes.append(
+                (w.get("outcome", "?") + (f" ({w['error'][:40]})" if w.get("error") else "")) if w else "no window"
+            )
             if run.dead():
                 break
     fate = "agent alive" if agent.proc.poll() is None else "agent gone"
@@ -237,9 +250,16 @@ def attack_truncate(path: Path, rss_cap: float) -> list[Row]:
 
 
 HOSTILE: dict[str, Callable[[Path, float], list[Row]]] = {
-    "daemon_slash": attack_daemon_slash, "daemon_late": attack_daemon_late, "daemon_mute": attack_daemon_mute,
-    "daemon_registry": attack_daemon_registry, "daemon_gap": attack_daemon_gap, "gpus_1500": attack_gpus,
-    "nofile_256": attack_nofile, "label_non_ascii": attack_label_non_ascii, "label_lambda": attack_label_lambda,
-    "utf8_middle": attack_utf8, "truncate": attack_truncate,
+    "daemon_slash": attack_daemon_slash,
+    "daemon_late": attack_daemon_late,
+    "daemon_mute": attack_daemon_mute,
+    "daemon_registry": attack_daemon_registry,
+    "daemon_gap": attack_daemon_gap,
+    "gpus_1500": attack_gpus,
+    "nofile_256": attack_nofile,
+    "label_non_ascii": attack_label_non_ascii,
+    "label_lambda": attack_label_lambda,
+    "utf8_middle": attack_utf8,
+    "truncate": attack_truncate,
 }
 """What `--only hostile` runs, in this order."""

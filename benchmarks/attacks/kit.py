@@ -50,12 +50,34 @@ class Row:
 
 
 class Agent:
-    def __init__(self, args: list[str], agent_path: Path, *, nofile: int | None = None,
-                 env: dict[str, str] | None = None, cgroup_procs: Path | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        agent_path: Path,
+        *,
+        nofile: int | None = None,
+        env: dict[str, str] | None = None,
+        cgroup_procs: Path | None = None,
+    ) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="ww-attack-"))
         (self.tmp / "traces").mkdir()
-        cmd = [sys.executable, "-m", "warpwatch", "run", "--address", "0.0.0.0", "--port", "0",
-               "--period", "60s", "--window", "1s", "--jitter", "0", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "warpwatch",
+            "run",
+            "--address",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--period",
+            "60s",
+            "--window",
+            "1s",
+            "--jitter",
+            "0",
+            *args,
+        ]
         if not any(a == "--source" for a in args):
             cmd += ["--source", f"dir:{self.tmp / 'traces'}"]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
@@ -69,8 +91,9 @@ class Agent:
                 with open(cgroup_procs, "w") as fh:
                     fh.write(str(os.getpid()))
 
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env=full_env, preexec_fn=limits)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env, preexec_fn=limits
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -130,8 +153,12 @@ def scrape_once(port: int, headers: dict[str, str] | None = None, timeout: float
     t0 = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            lines = ["GET /metrics HTTP/1.1", "Host: x", "Connection: close",
-                     *(f"{k}: {v}" for k, v in (headers or {}).items())]
+            lines = [
+                "GET /metrics HTTP/1.1",
+                "Host: x",
+                "Connection: close",
+                *(f"{k}: {v}" for k, v in (headers or {}).items()),
+            ]
             s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
             data = b""
             while chunk := s.recv(65536):
@@ -144,8 +171,9 @@ def scrape_once(port: int, headers: dict[str, str] | None = None, timeout: float
 
 
 @contextlib.contextmanager
-def observe(agent: Agent, row: Row, headers: dict[str, str] | None = None,
-            rss_cap: float | None = None) -> Iterator[None]:
+def observe(
+    agent: Agent, row: Row, headers: dict[str, str] | None = None, rss_cap: float | None = None
+) -> Iterator[None]:
     """Scrape every 0.5 s and sample the footprint every 0.25 s while inside; an agent whose RSS
     or tree PSS goes above `rss_cap` MiB is killed (SIGKILL) and the note says so."""
     stop = threading.Event()

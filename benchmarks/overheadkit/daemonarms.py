@@ -108,8 +108,15 @@ def trace_span(f: TraceFile) -> Span | None:
 def run_daemon_arm(key: str, peer: Peer, keeper: TraceKeeper, arm_s: float, round_: int) -> DaemonArm:
     agent, sampler = None, None
     if key == "agent":
-        agent = Agent("--source", f"kineto-daemon:socket_dir={peer.socket_dir}", "--trace-dir", str(peer.trace_dir),
-                      *AGENT_ARGS, startup_timeout=180.0, defaults=True)
+        agent = Agent(
+            "--source",
+            f"kineto-daemon:socket_dir={peer.socket_dir}",
+            "--trace-dir",
+            str(peer.trace_dir),
+            *AGENT_ARGS,
+            startup_timeout=180.0,
+            defaults=True,
+        )
         sampler = TreeSampler(agent.proc.pid)
         sampler.sample()
     t0 = time.time()

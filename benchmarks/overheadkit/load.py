@@ -54,8 +54,9 @@ class StreamLoad:
         self.shape = shape
         self.requests: list[Request] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True)
-                         for i in range(shape.streams)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True) for i in range(shape.streams)
+        ]
 
     def start(self) -> None:
         for t in self._threads:
@@ -72,11 +73,18 @@ class StreamLoad:
     def _body(self, rng: random.Random) -> bytes:
         s = self.shape
         prompt = [rng.randrange(3, s.vocab) for _ in range(s.prompt_tokens)]  # 0-2: <unk>, <s>, </s>
-        return json.dumps({
-            "model": self.model, "prompt": prompt, "max_tokens": s.output_tokens, "min_tokens": s.output_tokens,
-            "ignore_eos": True, "temperature": 0.0, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        }).encode()
+        return json.dumps(
+            {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": s.output_tokens,
+                "min_tokens": s.output_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            }
+        ).encode()
 
     def _run(self, stream: int) -> None:
         rng = random.Random(self.shape.seed * 1_000_003 + stream)
@@ -131,7 +139,7 @@ class StreamLoad:
 
     def _longest_silence(self, now: float) -> float:
         last: dict[int, float] = {}
-        for r in self.requests[-4 * self.shape.streams:]:
+        for r in self.requests[-4 * self.shape.streams :]:
             t = r.chunks[-1][0] if r.chunks else r.sent
             last[r.stream] = max(last.get(r.stream, 0.0), t)
         return max((now - t for t in last.values()), default=float("inf"))

@@ -55,8 +55,9 @@ class ProfileProxy:
         self._pending: dict[int, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self._keys = itertools.count()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, parts.hostname or "127.0.0.1",
-                                                                        parts.port or 80))
+        self._server = ThreadingHTTPServer(
+            ("127.0.0.1", 0), _handler(self, parts.hostname or "127.0.0.1", parts.port or 80)
+        )
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="proxy", daemon=True)
@@ -111,7 +112,6 @@ class ProfileProxy:
             out.append(Window(start, until, None))
         return out
 
-
     def agent_reads(self, windows: list[Window]) -> list[tuple[Call, Call]]:
         """Per window, the agent's reads of the server's /metrics around it: its last before the
         start and its first after the stop's answer (`servedlatency`: the histogram is read just
@@ -158,8 +158,14 @@ def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestH
             body = self.rfile.read(length) if length else None
             path = self.path.split("?", 1)[0]
             key = proxy.began(path, time.monotonic())
-            status, ctype, data = _upstream(host, port, self.command, self.path, body,
-                                            {k: v for k, v in self.headers.items() if k.lower() in FORWARDED})
+            status, ctype, data = _upstream(
+                host,
+                port,
+                self.command,
+                self.path,
+                body,
+                {k: v for k, v in self.headers.items() if k.lower() in FORWARDED},
+            )
             totals = None
             if path == "/metrics" and status == 200:
                 found = histogram_sums(data.decode("utf-8", "replace"), HISTOGRAMS["vllm"])
@@ -175,8 +181,9 @@ def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestH
     return Handler
 
 
-def _upstream(host: str, port: int, method: str, path: str, body: bytes | None,
-              headers: dict[str, str]) -> tuple[int, str, bytes]:
+def _upstream(
+    host: str, port: int, method: str, path: str, body: bytes | None, headers: dict[str, str]
+) -> tuple[int, str, bytes]:
     conn = http.client.HTTPConnection(host, port, timeout=900)
     try:
         conn.request(method, path, body=body, headers=headers)

@@ -79,19 +79,28 @@ class ServedSamples:
 
     def merge(self, other: ServedSamples) -> ServedSamples:
         return ServedSamples(
-            self.seconds + other.seconds, self.window_seconds + other.window_seconds, self.windows + other.windows,
-            self.tokens + other.tokens, self.tokens_inside + other.tokens_inside, self.ttft_ms + other.ttft_ms,
-            self.gaps_ms + other.gaps_ms, max(self.longest_stall_s, other.longest_stall_s),
-            self.errors + other.errors, _add(self.agent_in, other.agent_in), _add(self.agent_out, other.agent_out),
-            _add(self.around, other.around))
+            self.seconds + other.seconds,
+            self.window_seconds + other.window_seconds,
+            self.windows + other.windows,
+            self.tokens + other.tokens,
+            self.tokens_inside + other.tokens_inside,
+            self.ttft_ms + other.ttft_ms,
+            self.gaps_ms + other.gaps_ms,
+            max(self.longest_stall_s, other.longest_stall_s),
+            self.errors + other.errors,
+            _add(self.agent_in, other.agent_in),
+            _add(self.agent_out, other.agent_out),
+            _add(self.around, other.around),
+        )
 
 
 def _add(a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
     return a[0] + b[0], a[1] + b[1]
 
 
-def served_samples(requests: Sequence[Request], windows: Sequence[Span], t0: float, t1: float,
-                   agent_spans: Sequence[Span] = ()) -> ServedSamples:
+def served_samples(
+    requests: Sequence[Request], windows: Sequence[Span], t0: float, t1: float, agent_spans: Sequence[Span] = ()
+) -> ServedSamples:
     """`windows` as the proxy saw them; `agent_spans` as the agent counts them (a token belongs
     to the span it arrived in, as in the server's histogram)."""
     out = ServedSamples(seconds=t1 - t0, window_seconds=clipped_seconds(windows, t0, t1), windows=len(windows))
@@ -131,8 +140,13 @@ def window_stalls(requests: Sequence[Request], windows: Sequence[Span]) -> list[
             for (a, _), (b, _) in zip(r.chunks, r.chunks[1:], strict=False):
                 if a < we + AROUND[1] and b > ws - AROUND[0] and b - a > best[0]:
                     best = (b - a, a, b)
-        out.append({"gap_s": round(best[0], 3), "began_after_start_s": round(best[1] - ws, 3),
-                    "ended_after_stop_s": round(best[2] - we, 3)})
+        out.append(
+            {
+                "gap_s": round(best[0], 3),
+                "began_after_start_s": round(best[1] - ws, 3),
+                "ended_after_stop_s": round(best[2] - we, 3),
+            }
+        )
     return out
 
 
@@ -183,8 +197,11 @@ def served_summary(s: ServedSamples) -> dict[str, object]:
     mean_in, mean_out = _mean_itl(inside), _mean_itl(outside)
     outside_s = s.seconds - s.window_seconds
     return {
-        "seconds": round(s.seconds, 2), "windows": s.windows, "window_seconds": round(s.window_seconds, 2),
-        "tokens": s.tokens, "tokens_per_s": _round(s.tokens / s.seconds if s.seconds else None),
+        "seconds": round(s.seconds, 2),
+        "windows": s.windows,
+        "window_seconds": round(s.window_seconds, 2),
+        "tokens": s.tokens,
+        "tokens_per_s": _round(s.tokens / s.seconds if s.seconds else None),
         "tokens_per_s_inside": _round(s.tokens_inside / s.window_seconds if s.window_seconds else None),
         "tokens_per_s_outside": _round((s.tokens - s.tokens_inside) / outside_s if outside_s > 0 else None),
         "ttft_ms": _ms([v for v, _ in s.ttft_ms]),
@@ -193,10 +210,12 @@ def served_summary(s: ServedSamples) -> dict[str, object]:
         "itl_ms": _ms([g for g, _, _ in s.gaps_ms]),
         "itl_inside_ms": _ms([g for g, _, _ in inside]),
         "itl_outside_ms": _ms([g for g, _, _ in outside]),
-        "itl_mean_inside_ms": _round(mean_in, 3), "itl_mean_outside_ms": _round(mean_out, 3),
+        "itl_mean_inside_ms": _round(mean_in, 3),
+        "itl_mean_outside_ms": _round(mean_out, 3),
         "client_slowdown": _round(mean_in / mean_out - 1.0, 4) if mean_in and mean_out else None,
         "client_slowdown_agent_spans": _ratio(s.agent_in, s.agent_out),
-        "longest_stall_s": round(s.longest_stall_s, 3), "errors": s.errors,
+        "longest_stall_s": round(s.longest_stall_s, 3),
+        "errors": s.errors,
         "lost_s_per_window_near": _round(lost_near_windows(s), 3),
     }
 
@@ -225,9 +244,12 @@ def step_samples(steps: Sequence[Span], windows: Sequence[Span], t0: float, t1: 
 def step_summary(s: StepSamples) -> dict[str, object]:
     every = [v for v, _ in s.steps_ms]
     return {
-        "seconds": round(s.seconds, 2), "windows": s.windows, "steps": len(every),
+        "seconds": round(s.seconds, 2),
+        "windows": s.windows,
+        "steps": len(every),
         "steps_per_s": _round(len(every) / s.seconds if s.seconds else None),
-        "step_ms": _ms(every), "step_inside_ms": _ms([v for v, i in s.steps_ms if i]),
+        "step_ms": _ms(every),
+        "step_inside_ms": _ms([v for v, i in s.steps_ms if i]),
         "step_outside_ms": _ms([v for v, i in s.steps_ms if not i]),
         "longest_step_ms": _round(max(every, default=0.0)),
     }

@@ -44,26 +44,49 @@ class Arm:
     spec_extra: str = ""
 
 
-ARMS = {a.key: a for a in (
-    Arm("none", "no agent"),
-    Arm("default", "agent at its defaults: 1 s every 60 s, 16 steps, budget 1 %", agent_args=()),
-    Arm("duty10", "1 s every 10 s, 16 steps", agent_args=(*DUTY10, *NO_BUDGET)),
-    Arm("plain", "1 s every 10 s, plain windows (max_steps=0)", agent_args=(*DUTY10, *NO_BUDGET),
-        spec_extra=",max_steps=0"),
-    Arm("stacks", "1 s every 60 s, 16 steps, no budget, server with stacks on", server="stacks",
-        agent_args=NO_BUDGET),
-    Arm("lean", "1 s every 10 s, 16 steps, server with ignore_frontend", server="lean",
-        agent_args=(*DUTY10, *NO_BUDGET)),
-    Arm("lean-default", "agent at its defaults, server with ignore_frontend", server="lean", agent_args=()),
-    Arm("duty10-budget", "1 s every 10 s, 16 steps, budget 1 %", agent_args=DUTY10),
-    Arm("plain-budget", "1 s every 10 s, plain windows, budget 1 %", agent_args=DUTY10, spec_extra=",max_steps=0"),
-    Arm("stacks-plain", "1 s every 10 s, plain windows, server with stacks on", server="stacks",
-        agent_args=(*DUTY10, *NO_BUDGET), spec_extra=",max_steps=0"),
-)}
+ARMS = {
+    a.key: a
+    for a in (
+        Arm("none", "no agent"),
+        Arm("default", "agent at its defaults: 1 s every 60 s, 16 steps, budget 1 %", agent_args=()),
+        Arm("duty10", "1 s every 10 s, 16 steps", agent_args=(*DUTY10, *NO_BUDGET)),
+        Arm(
+            "plain",
+            "1 s every 10 s, plain windows (max_steps=0)",
+            agent_args=(*DUTY10, *NO_BUDGET),
+            spec_extra=",max_steps=0",
+        ),
+        Arm(
+            "stacks",
+            "1 s every 60 s, 16 steps, no budget, server with stacks on",
+            server="stacks",
+            agent_args=NO_BUDGET,
+        ),
+        Arm(
+            "lean",
+            "1 s every 10 s, 16 steps, server with ignore_frontend",
+            server="lean",
+            agent_args=(*DUTY10, *NO_BUDGET),
+        ),
+        Arm("lean-default", "agent at its defaults, server with ignore_frontend", server="lean", agent_args=()),
+        Arm("duty10-budget", "1 s every 10 s, 16 steps, budget 1 %", agent_args=DUTY10),
+        Arm("plain-budget", "1 s every 10 s, plain windows, budget 1 %", agent_args=DUTY10, spec_extra=",max_steps=0"),
+        Arm(
+            "stacks-plain",
+            "1 s every 10 s, plain windows, server with stacks on",
+            server="stacks",
+            agent_args=(*DUTY10, *NO_BUDGET),
+            spec_extra=",max_steps=0",
+        ),
+    )
+}
 DEFAULT_ARMS = ("none", "default", "duty10", "plain", "stacks")
 
-SERVER_CONFIGS = {"off": {"torch_profiler_with_stack": False}, "stacks": {"torch_profiler_with_stack": True},
-                  "lean": {"torch_profiler_with_stack": False, "ignore_frontend": True}}
+SERVER_CONFIGS = {
+    "off": {"torch_profiler_with_stack": False},
+    "stacks": {"torch_profiler_with_stack": True},
+    "lean": {"torch_profiler_with_stack": False, "ignore_frontend": True},
+}
 """The servers' --profiler-config beside profiler and torch_profiler_dir: "off" is what the README
 recommends, "stacks" vLLM's default, "lean" leaves out the API server's own profiler (vLLM warns
 that with max_iterations and without ignore_frontend a profile "may result in high overhead")."""
@@ -128,23 +151,39 @@ def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: in
         load.stop()
     windows = target.proxy.windows(spawned, t1)
     t0 = min([t0, *(w.start for w in windows)])
-    samples = served_samples(load.requests, [(w.start, w.end) for w in windows], t0, t1,
-                             target.proxy.agent_spans(windows))
+    samples = served_samples(
+        load.requests, [(w.start, w.end) for w in windows], t0, t1, target.proxy.agent_spans(windows)
+    )
     files = target.keeper.collect()
     target.keeper.forget(files, remove_originals=True)
     traces = [f for f in files if f.name.endswith(TRACE_SUFFIX)]  # not the *.profiler_out.txt tables
-    return ArmRun(arm.key, round_, samples, [w.stop_s for w in windows if w.stop_s is not None],
-                  sum(f.size for f in traces), sum(f.size for f in traces if ".async_llm." not in f.name),
-                  len(traces), report, starts=[w.start for w in windows],
-                  server_slowdown=target.proxy.server_slowdown(windows),
-                  stalls=window_stalls(load.requests, [(w.start, w.end) for w in windows]))
+    return ArmRun(
+        arm.key,
+        round_,
+        samples,
+        [w.stop_s for w in windows if w.stop_s is not None],
+        sum(f.size for f in traces),
+        sum(f.size for f in traces if ".async_llm." not in f.name),
+        len(traces),
+        report,
+        starts=[w.start for w in windows],
+        server_slowdown=target.proxy.server_slowdown(windows),
+        stalls=window_stalls(load.requests, [(w.start, w.end) for w in windows]),
+    )
 
 
 def _start_agent(arm: Arm, target: Target, root: Path) -> tuple[Agent, TreeSampler]:
     assert arm.agent_args is not None
     spec = f"vllm:{target.proxy.url},dir={target.profiles}{arm.spec_extra}"
-    agent = Agent("--source", spec, "--trace-dir", str(root / "agent-traces"), *arm.agent_args,
-                  startup_timeout=180.0, defaults=True)
+    agent = Agent(
+        "--source",
+        spec,
+        "--trace-dir",
+        str(root / "agent-traces"),
+        *arm.agent_args,
+        startup_timeout=180.0,
+        defaults=True,
+    )
     sampler = TreeSampler(agent.proc.pid)
     sampler.sample()
     return agent, sampler
@@ -180,9 +219,12 @@ def _finish_agent(agent: Agent, sampler: TreeSampler, cpu0: float, arm_s: float)
         "windows": outcomes,
         "stretched_to_s": [float(m.group(1)) for line in agent.lines if (m := STRETCH.search(line))],
         "period_lines": [line for line in agent.lines if "event=period_" in line],
-        "cpu_s": round(cpu1, 3), "cpu_s_in_arm": round(cpu1 - cpu0, 3),
+        "cpu_s": round(cpu1, 3),
+        "cpu_s_in_arm": round(cpu1 - cpu0, 3),
         "cpu_share_in_arm": round((cpu1 - cpu0) / arm_s, 4),
-        "peak_pss_mib": round(sampler.peak_pss / 2**20, 1), "exit": rc, "exit_s": round(stop_s, 2),
+        "peak_pss_mib": round(sampler.peak_pss / 2**20, 1),
+        "exit": rc,
+        "exit_s": round(stop_s, 2),
         "tracebacks": sum("Traceback" in line for line in agent.lines),
     }
 

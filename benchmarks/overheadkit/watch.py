@@ -129,15 +129,21 @@ def machine() -> dict[str, object]:
                 model = line.split(":", 1)[1].strip()
                 break
     return {
-        "cpu": model, "cores_physical": psutil.cpu_count(logical=False), "cores_logical": psutil.cpu_count(),
-        "nproc": len(os.sched_getaffinity(0)), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "kernel": platform.release(), "python": platform.python_version(),
+        "cpu": model,
+        "cores_physical": psutil.cpu_count(logical=False),
+        "cores_logical": psutil.cpu_count(),
+        "nproc": len(os.sched_getaffinity(0)),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
     }
 
 
 def describe_machine(m: dict[str, object]) -> str:
-    return (f"{m['cpu']}, {m['cores_physical']} physical / {m['cores_logical']} logical cores, nproc {m['nproc']}, "
-            f"{m['memory_gib']} GiB RAM, Linux {m['kernel']}, Python {m['python']}")
+    return (
+        f"{m['cpu']}, {m['cores_physical']} physical / {m['cores_logical']} logical cores, nproc {m['nproc']}, "
+        f"{m['memory_gib']} GiB RAM, Linux {m['kernel']}, Python {m['python']}"
+    )
 
 
 class LoadAverage:

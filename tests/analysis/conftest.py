@@ -20,8 +20,21 @@ def occ_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert GXX is not None and HEADER_DIR is not None
     binary = tmp_path_factory.mktemp("cuda_occ") / "occ_driver"
     subprocess.run(
-        [GXX, "-O1", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADER_DIR}", str(DRIVER_SOURCE),
-         "-o", str(binary)],
-        check=True, capture_output=True, text=True, timeout=120,
+        [
+            GXX,
+            "-O1",
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{HEADER_DIR}",
+            str(DRIVER_SOURCE),
+            "-o",
+            str(binary),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return binary

@@ -55,13 +55,32 @@ def test_mi250_work_item_launches_count_blocks_of_work_items() -> None:
 
 
 def _amd_doc(kernel_args: dict[str, Any], call: str | None) -> dict[str, Any]:
-    events = [span(0, 1000), {
-        "ph": "X", "cat": "kernel", "name": "batched_transpose_32x32_half", "pid": 0, "tid": 0, "ts": 100.0,
-        "dur": 10.0, "args": {"device": 0, "stream": 0, "correlation": 7, **kernel_args},
-    }]
+    events = [
+        span(0, 1000),
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "batched_transpose_32x32_half",
+            "pid": 0,
+            "tid": 0,
+            "ts": 100.0,
+            "dur": 10.0,
+            "args": {"device": 0, "stream": 0, "correlation": 7, **kernel_args},
+        },
+    ]
     if call is not None:
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": 1, "tid": 1, "ts": 90.0, "dur": 5.0,
-                       "args": {"correlation": 7, "External id": 3}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": call,
+                "pid": 1,
+                "tid": 1,
+                "ts": 90.0,
+                "dur": 5.0,
+                "args": {"correlation": 7, "External id": 3},
+            }
+        )
     return trace_doc(events, devices=[MI300X])
 
 
@@ -102,11 +121,31 @@ def test_a_grid_that_is_no_multiple_of_the_block_counts_blocks(tmp_path: Path) -
 
 
 def test_an_nvidia_runtime_event_is_no_launch_api(tmp_path: Path) -> None:
-    doc = trace_doc([span(0, 1000), {
-        "ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100.0, "dur": 10.0,
-        "args": {"device": 0, "correlation": 5, "grid": [64, 1, 1], "block": [128, 1, 1]},
-    }, {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 90.0, "dur": 5.0,
-        "args": {"correlation": 5}}])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": 100.0,
+                "dur": 10.0,
+                "args": {"device": 0, "correlation": 5, "grid": [64, 1, 1], "block": [128, 1, 1]},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 90.0,
+                "dur": 5.0,
+                "args": {"correlation": 5},
+            },
+        ]
+    )
     (lm,) = launch_metrics(read_trace(write(tmp_path / "t.json", doc)))
     assert lm.launch.launch_api is None
     assert lm.warps_per_sm == pytest.approx(64 * 4 / 132)
@@ -133,7 +172,9 @@ def test_launch_apis_survive_a_trace_decoded_in_pieces(
     path.write_text(json.dumps(doc, indent=1))
     whole = [(lm.launch.launch_api, lm.launch.grid, lm.warps_per_sm) for lm in launch_metrics(read_trace(MI250))]
     limits = ReadLimits(piece_bytes=4_000, workers=workers)
-    cut = [(lm.launch.launch_api, lm.launch.grid, lm.warps_per_sm)
-           for lm in launch_metrics(read_trace(path, limits=limits))]
+    cut = [
+        (lm.launch.launch_api, lm.launch.grid, lm.warps_per_sm)
+        for lm in launch_metrics(read_trace(path, limits=limits))
+    ]
     assert cut == whole
     assert sum(api == "hipExtModuleLaunchKernel" for api, _, _ in cut) == 2

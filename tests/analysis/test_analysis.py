@@ -143,9 +143,19 @@ def test_block_that_cannot_fit_has_zero_theoretical_and_null_waves() -> None:
 
 
 def test_amd_trace_uses_warp_size_64_and_no_cuda_calculator() -> None:
-    mi250 = {"id": 0, "name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 0,
-             "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
-             "warpSize": 64, "sharedMemPerBlock": 65536, "numSms": 104, "maxSharedMemoryPerMultiProcessor": 65536}
+    mi250 = {
+        "id": 0,
+        "name": "AMD Radeon Graphics",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "maxThreadsPerBlock": 1024,
+        "maxThreadsPerMultiprocessor": 2048,
+        "regsPerBlock": 65536,
+        "warpSize": 64,
+        "sharedMemPerBlock": 65536,
+        "numSms": 104,
+        "maxSharedMemoryPerMultiProcessor": 65536,
+    }
     lm = only_launch(trace_doc([span(0, 1000), kernel(grid=(208, 1, 1), block=(96, 1, 1), sms=None)], devices=[mi250]))
     assert lm.warps_per_block == 2
     assert lm.warps_per_sm == pytest.approx(208 * 2 / 104)
@@ -154,11 +164,13 @@ def test_amd_trace_uses_warp_size_64_and_no_cuda_calculator() -> None:
 
 def test_short_and_long_kernel_in_a_1000_us_window_are_weighted_horvitz_thompson() -> None:
     """10 us and 900 us kernels in a 1000 us window: captured with probability 990/1000 and 100/1000."""
-    doc = trace_doc([
-        span(0, 1000),
-        kernel("short", ts=10, dur=10, grid=(132, 1, 1), block=(128, 1, 1)),
-        kernel("long", ts=50, dur=900, grid=(264, 1, 1), block=(128, 1, 1)),
-    ])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("short", ts=10, dur=10, grid=(132, 1, 1), block=(128, 1, 1)),
+            kernel("long", ts=50, dur=900, grid=(264, 1, 1), block=(128, 1, 1)),
+        ]
+    )
     result = analyze(parse(doc))
     by_name = {k.name: k for k in result.kernels}
     h_short, h_long = 1000 / 990, 1000 / 100
@@ -193,11 +205,13 @@ def test_short_and_long_kernel_in_a_1000_us_window_are_weighted_horvitz_thompson
 
 
 def test_kernel_means_are_weighted_by_corrected_gpu_time() -> None:
-    doc = trace_doc([
-        span(0, 1000),
-        kernel("k", ts=0, dur=10, grid=(132, 1, 1), block=(128, 1, 1)),
-        kernel("k", ts=100, dur=30, grid=(264, 1, 1), block=(128, 1, 1)),
-    ])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("k", ts=0, dur=10, grid=(132, 1, 1), block=(128, 1, 1)),
+            kernel("k", ts=100, dur=30, grid=(264, 1, 1), block=(128, 1, 1)),
+        ]
+    )
     (k,) = analyze(parse(doc)).kernels
     h1, h2 = 1000 / 990, 1000 / 970
     x1, x2 = 132 * 4 / 132, 264 * 4 / 132
@@ -208,10 +222,13 @@ def test_kernel_means_are_weighted_by_corrected_gpu_time() -> None:
 def test_busy_of_two_overlapping_kernels_takes_their_overlap_out_at_its_own_weight() -> None:
     """a = [100, 200), b = [150, 250): each is kept with probability 900/1000, both together
     (span 150 us) with probability 850/1000; their 50 us overlap counts once."""
-    doc = trace_doc([
-        span(0, 1000),
-        kernel("a", ts=100, dur=100), kernel("b", ts=150, dur=100),
-    ])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("a", ts=100, dur=100),
+            kernel("b", ts=150, dur=100),
+        ]
+    )
     (dev,) = analyze(parse(doc)).devices
     assert dev.busy_ratio == pytest.approx((2 * 100 * 1000 / 900 - 50 * 1000 / 850) / 1000)
     assert not dev.low_confidence
@@ -220,10 +237,14 @@ def test_busy_of_two_overlapping_kernels_takes_their_overlap_out_at_its_own_weig
 def test_busy_of_three_nested_kernels_is_inclusion_exclusion() -> None:
     """[0, 300), [100, 200), [150, 400) in a 1000 us window: singles, pairs and the triple, each
     weighted by 1000 / (1000 - its span)."""
-    doc = trace_doc([
-        span(0, 1000),
-        kernel("a", ts=0, dur=300), kernel("b", ts=100, dur=100), kernel("c", ts=150, dur=250),
-    ])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("a", ts=0, dur=300),
+            kernel("b", ts=100, dur=100),
+            kernel("c", ts=150, dur=250),
+        ]
+    )
     (dev,) = analyze(parse(doc)).devices
 
     def h(span: float) -> float:
@@ -266,16 +287,19 @@ def test_window_without_span_or_gpu_events_is_empty_and_unbounded() -> None:
 
 
 def test_artifact_totals_and_per_kernel_counts_agree() -> None:
-    doc = trace_doc([
-        span(0, 1000),
-        kernel("a", ts=0, dur=1, block=(48, 1, 1)),
-        kernel("a", ts=5, dur=1, block=(48, 1, 1)),
-        kernel("b", ts=9, dur=1, grid=None, block=None),
-    ])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("a", ts=0, dur=1, block=(48, 1, 1)),
+            kernel("a", ts=5, dur=1, block=(48, 1, 1)),
+            kernel("b", ts=9, dur=1, grid=None, block=None),
+        ]
+    )
     result = analyze(parse(doc))
     assert result.artifacts == {"unrounded_warps": 2, "missing_launch_config": 1}
     assert {k.name: k.artifacts for k in result.kernels} == {
-        "a": {"unrounded_warps": 2}, "b": {"missing_launch_config": 1}
+        "a": {"unrounded_warps": 2},
+        "b": {"missing_launch_config": 1},
     }
 
 

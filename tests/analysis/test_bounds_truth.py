@@ -35,18 +35,36 @@ from warpwatch.analysis.window import analyze
 from warpwatch.trace import parse_trace
 
 GEMMS = Scenario(  # the A100 trace: 117 ms GEMMs back to back on one stream, 588 ms windows
-    "one stream, 80-120 ms GEMMs and short kernels back to back", 588_000.0, 60e6,
-    (StreamSpec(7, (KernelType("gemm", 132, (80_000, 120_000), 0.6),
-                    KernelType("small", 66, (200, 2_000), 0.4)), (0, 300)),),
-    burst_us=5e6, idle_us=1e6,
+    "one stream, 80-120 ms GEMMs and short kernels back to back",
+    588_000.0,
+    60e6,
+    (
+        StreamSpec(
+            7, (KernelType("gemm", 132, (80_000, 120_000), 0.6), KernelType("small", 66, (200, 2_000), 0.4)), (0, 300)
+        ),
+    ),
+    burst_us=5e6,
+    idle_us=1e6,
 )
 TWO_STREAMS = Scenario(
-    "two streams, 5 us to 30 ms, NCCL overlapping", 50_000.0, 8e6,
-    (StreamSpec(7, (KernelType("tiny", 2, (5, 5), 0.45), KernelType("gemm", 132, (150, 250), 0.3),
-                    KernelType("attn", 66, (500, 4000), 0.24), KernelType("long", 132, (30_000, 30_000), 0.01)),
-                (2, 20)),
-     StreamSpec(20, (KernelType("nccl", 16, (2000, 8000), 1.0),), (0, 2000), every=10_000)),
-    burst_us=300_000, idle_us=150_000,
+    "two streams, 5 us to 30 ms, NCCL overlapping",
+    50_000.0,
+    8e6,
+    (
+        StreamSpec(
+            7,
+            (
+                KernelType("tiny", 2, (5, 5), 0.45),
+                KernelType("gemm", 132, (150, 250), 0.3),
+                KernelType("attn", 66, (500, 4000), 0.24),
+                KernelType("long", 132, (30_000, 30_000), 0.01),
+            ),
+            (2, 20),
+        ),
+        StreamSpec(20, (KernelType("nccl", 16, (2000, 8000), 1.0),), (0, 2000), every=10_000),
+    ),
+    burst_us=300_000,
+    idle_us=150_000,
 )
 
 
@@ -123,9 +141,16 @@ def run(sc: Scenario, n: int, seed: int) -> dict[str, float]:
         if len(sc.streams) == 1:
             assert sum(k.time_share or 0.0 for k in result.kernels) <= 1 + 1e-12
             assert dev.busy_ratio <= 1.0
-    return {"windows": windows, "skipped": skipped, "bounded": bounded, "busy_mae_bounded": err_b / windows,
-            "busy_mae_unbounded": err_u / windows, "share_l2_bounded": share_err_b / windows,
-            "share_l2_unbounded": share_err_u / windows, "counted_over_truth": sum_counted / sum_truth}
+    return {
+        "windows": windows,
+        "skipped": skipped,
+        "bounded": bounded,
+        "busy_mae_bounded": err_b / windows,
+        "busy_mae_unbounded": err_u / windows,
+        "share_l2_bounded": share_err_b / windows,
+        "share_l2_unbounded": share_err_u / windows,
+        "counted_over_truth": sum_counted / sum_truth,
+    }
 
 
 def test_bounded_estimates_are_never_further_from_one_windows_truth_one_stream_of_long_gemms() -> None:

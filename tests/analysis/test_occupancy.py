@@ -21,42 +21,106 @@ KIB = 1024
 # deviceProperties as Kineto writes them (A100 and V100 from HolisticTraceAnalysis traces,
 # RTX 2080 Ti from facebookresearch/param, H100 from pytorch/kineto docs/traces).
 A100 = DeviceProperties(
-    id=0, name="NVIDIA A100-SXM4-80GB", compute_major=8, compute_minor=0, num_sms=108, warp_size=32,
-    max_threads_per_block=1024, max_threads_per_sm=2048, regs_per_block=65536, regs_per_sm=65536,
-    shared_mem_per_block=49152, shared_mem_per_sm=167936, shared_mem_per_block_optin=166912,
+    id=0,
+    name="NVIDIA A100-SXM4-80GB",
+    compute_major=8,
+    compute_minor=0,
+    num_sms=108,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    shared_mem_per_block=49152,
+    shared_mem_per_sm=167936,
+    shared_mem_per_block_optin=166912,
 )
 V100 = DeviceProperties(
-    id=0, name="Tesla V100-SXM2-32GB", compute_major=7, compute_minor=0, num_sms=80, warp_size=32,
-    max_threads_per_block=1024, max_threads_per_sm=2048, regs_per_block=65536, regs_per_sm=65536,
-    shared_mem_per_block=49152, shared_mem_per_sm=98304, shared_mem_per_block_optin=98304,
+    id=0,
+    name="Tesla V100-SXM2-32GB",
+    compute_major=7,
+    compute_minor=0,
+    num_sms=80,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    shared_mem_per_block=49152,
+    shared_mem_per_sm=98304,
+    shared_mem_per_block_optin=98304,
 )
 RTX2080TI = DeviceProperties(
-    id=0, name="NVIDIA GeForce RTX 2080 Ti", compute_major=7, compute_minor=5, num_sms=68, warp_size=32,
-    max_threads_per_block=1024, max_threads_per_sm=1024, regs_per_block=65536, regs_per_sm=65536,
-    shared_mem_per_block=49152, shared_mem_per_sm=65536, shared_mem_per_block_optin=65536,
+    id=0,
+    name="NVIDIA GeForce RTX 2080 Ti",
+    compute_major=7,
+    compute_minor=5,
+    num_sms=68,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=1024,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    shared_mem_per_block=49152,
+    shared_mem_per_sm=65536,
+    shared_mem_per_block_optin=65536,
 )
 RTX3090 = dataclasses.replace(
-    A100, name="NVIDIA GeForce RTX 3090", compute_minor=6, num_sms=82, max_threads_per_sm=1536,
-    shared_mem_per_sm=102400, shared_mem_per_block_optin=101376,
+    A100,
+    name="NVIDIA GeForce RTX 3090",
+    compute_minor=6,
+    num_sms=82,
+    max_threads_per_sm=1536,
+    shared_mem_per_sm=102400,
+    shared_mem_per_block_optin=101376,
 )
 RTX4090 = dataclasses.replace(RTX3090, name="NVIDIA GeForce RTX 4090", compute_minor=9, num_sms=128)
 H100 = dataclasses.replace(
-    A100, name="NVIDIA H100", compute_major=9, compute_minor=0, num_sms=132,
-    shared_mem_per_sm=233472, shared_mem_per_block_optin=232448,
+    A100,
+    name="NVIDIA H100",
+    compute_major=9,
+    compute_minor=0,
+    num_sms=132,
+    shared_mem_per_sm=233472,
+    shared_mem_per_block_optin=232448,
 )
 B200 = dataclasses.replace(H100, name="NVIDIA B200", compute_major=10, num_sms=148)
 RTX5090 = dataclasses.replace(
-    RTX3090, name="NVIDIA GeForce RTX 5090", compute_major=12, compute_minor=0, num_sms=170,
+    RTX3090,
+    name="NVIDIA GeForce RTX 5090",
+    compute_major=12,
+    compute_minor=0,
+    num_sms=170,
 )
 GP100 = DeviceProperties(
-    id=0, name="Quadro GP100", compute_major=6, compute_minor=0, num_sms=56, warp_size=32,
-    max_threads_per_block=1024, max_threads_per_sm=2048, regs_per_block=65536, regs_per_sm=65536,
-    shared_mem_per_block=49152, shared_mem_per_sm=65536, shared_mem_per_block_optin=49152,
+    id=0,
+    name="Quadro GP100",
+    compute_major=6,
+    compute_minor=0,
+    num_sms=56,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    shared_mem_per_block=49152,
+    shared_mem_per_sm=65536,
+    shared_mem_per_block_optin=49152,
 )
 MI250 = DeviceProperties(
-    id=0, name="AMD Radeon Graphics", compute_major=9, compute_minor=0, num_sms=104, warp_size=64,
-    max_threads_per_block=1024, max_threads_per_sm=2048, regs_per_block=65536, regs_per_sm=65536,
-    shared_mem_per_block=65536, shared_mem_per_sm=65536, shared_mem_per_block_optin=65536,
+    id=0,
+    name="AMD Radeon Graphics",
+    compute_major=9,
+    compute_minor=0,
+    num_sms=104,
+    warp_size=64,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    regs_per_block=65536,
+    regs_per_sm=65536,
+    shared_mem_per_block=65536,
+    shared_mem_per_sm=65536,
+    shared_mem_per_block_optin=65536,
     vendor="amd",
 )
 
@@ -226,8 +290,17 @@ def test_a_48_thread_block_occupies_two_warps() -> None:
 
 @pytest.mark.parametrize(
     ("device", "blocks"),
-    [(V100, 32), (RTX2080TI, 16), (A100, 32), (RTX3090, 16), (RTX4090, 24), (H100, 32), (B200, 32),
-     (RTX5090, 24), (GP100, 32)],
+    [
+        (V100, 32),
+        (RTX2080TI, 16),
+        (A100, 32),
+        (RTX3090, 16),
+        (RTX4090, 24),
+        (H100, 32),
+        (B200, 32),
+        (RTX5090, 24),
+        (GP100, 32),
+    ],
     ids=lambda value: value.compute_capability if isinstance(value, DeviceProperties) else str(value),
 )
 def test_the_blocks_per_sm_limit_follows_the_architecture_table(device: DeviceProperties, blocks: int) -> None:
@@ -288,8 +361,8 @@ def test_an_amd_device_has_no_cuda_occupancy() -> None:
 
 
 @pytest.mark.parametrize(
-    "missing", ["regs_per_block", "regs_per_sm", "shared_mem_per_block", "shared_mem_per_sm",
-                "shared_mem_per_block_optin"]
+    "missing",
+    ["regs_per_block", "regs_per_sm", "shared_mem_per_block", "shared_mem_per_sm", "shared_mem_per_block_optin"],
 )
 def test_a_missing_device_property_makes_occupancy_unknown(missing: str) -> None:
     change: dict[str, Any] = {missing: None}
@@ -320,10 +393,21 @@ def test_inputs_the_header_rejects_or_cannot_take_are_unknown(
 
 
 @pytest.mark.parametrize(
-    "change", [{"num_sms": 0}, {"warp_size": 0}, {"max_threads_per_sm": -1}, {"shared_mem_per_block": 0},
-               {"shared_mem_per_sm": 200 * KIB}],
-    ids=["no SMs", "no warp size", "negative threads per SM", "no shared memory per block",
-         "more shared memory per SM than any A100 carveout"],
+    "change",
+    [
+        {"num_sms": 0},
+        {"warp_size": 0},
+        {"max_threads_per_sm": -1},
+        {"shared_mem_per_block": 0},
+        {"shared_mem_per_sm": 200 * KIB},
+    ],
+    ids=[
+        "no SMs",
+        "no warp size",
+        "negative threads per SM",
+        "no shared memory per block",
+        "more shared memory per SM than any A100 carveout",
+    ],
 )
 def test_device_properties_the_header_rejects_make_occupancy_unknown(change: dict[str, Any]) -> None:
     assert max_active_blocks(dataclasses.replace(A100, **change), 256, 32, 0) is None

@@ -24,11 +24,17 @@ from warpwatch.model import DeviceProperties
 # --- Real traces ---------------------------------------------------------------------------------
 
 _DEVICE_KEYS = {
-    "compute_major": "computeMajor", "compute_minor": "computeMinor", "num_sms": "numSms",
-    "warp_size": "warpSize", "max_threads_per_block": "maxThreadsPerBlock",
-    "max_threads_per_sm": "maxThreadsPerMultiprocessor", "regs_per_block": "regsPerBlock",
-    "regs_per_sm": "regsPerMultiprocessor", "shared_mem_per_block": "sharedMemPerBlock",
-    "shared_mem_per_sm": "sharedMemPerMultiprocessor", "shared_mem_per_block_optin": "sharedMemPerBlockOptin",
+    "compute_major": "computeMajor",
+    "compute_minor": "computeMinor",
+    "num_sms": "numSms",
+    "warp_size": "warpSize",
+    "max_threads_per_block": "maxThreadsPerBlock",
+    "max_threads_per_sm": "maxThreadsPerMultiprocessor",
+    "regs_per_block": "regsPerBlock",
+    "regs_per_sm": "regsPerMultiprocessor",
+    "shared_mem_per_block": "sharedMemPerBlock",
+    "shared_mem_per_sm": "sharedMemPerMultiprocessor",
+    "shared_mem_per_block_optin": "sharedMemPerBlockOptin",
 }
 
 
@@ -103,9 +109,7 @@ def test_every_kernel_of_the_public_traces_agrees_with_the_header(
     # no silent skip: without the corpus the `shared_traces` fixture fails, naming where it looked
     inputs, kernels, files = _trace_cases()
     assert kernels > 10_000 and len(inputs) > 100
-    distinct: list[Case] = [
-        (d, t, r, s, optin) for d, t, r, s in sorted(inputs, key=repr) for optin in (True, False)
-    ]
+    distinct: list[Case] = [(d, t, r, s, optin) for d, t, r, s in sorted(inputs, key=repr) for optin in (True, False)]
     outcome = _compare(occ_driver, distinct, "trace kernel inputs")
     ccs = sorted({d.compute_capability for d, *_ in distinct})
     _report(

@@ -54,12 +54,29 @@ if HEADER_DIR is None:
 # --- Random cases --------------------------------------------------------------------------------
 
 
-def _nv(name: str, major: int, minor: int, sms: int, threads_per_sm: int, smem_per_sm: int, optin: int,
-        regs_per_sm: int = 65536) -> DeviceProperties:
+def _nv(
+    name: str,
+    major: int,
+    minor: int,
+    sms: int,
+    threads_per_sm: int,
+    smem_per_sm: int,
+    optin: int,
+    regs_per_sm: int = 65536,
+) -> DeviceProperties:
     return DeviceProperties(
-        id=0, name=name, compute_major=major, compute_minor=minor, num_sms=sms, warp_size=32,
-        max_threads_per_block=1024, max_threads_per_sm=threads_per_sm, regs_per_block=65536,
-        regs_per_sm=regs_per_sm, shared_mem_per_block=48 * KIB, shared_mem_per_sm=smem_per_sm,
+        id=0,
+        name=name,
+        compute_major=major,
+        compute_minor=minor,
+        num_sms=sms,
+        warp_size=32,
+        max_threads_per_block=1024,
+        max_threads_per_sm=threads_per_sm,
+        regs_per_block=65536,
+        regs_per_sm=regs_per_sm,
+        shared_mem_per_block=48 * KIB,
+        shared_mem_per_sm=smem_per_sm,
         shared_mem_per_block_optin=optin,
     )
 
@@ -93,10 +110,74 @@ UNSUPPORTED_DEVICES: tuple[DeviceProperties, ...] = (
     _nv("Fermi", 2, 0, 16, 1536, 48 * KIB, 48 * KIB),
 )
 
-EDGE_BLOCK_SIZES = (1, 2, 31, 32, 33, 47, 48, 63, 64, 65, 95, 96, 97, 127, 128, 129, 192, 255, 256, 257, 384,
-                    511, 512, 513, 640, 767, 768, 769, 1000, 1023, 1024, 1025, 1056, 1536, 2048)
-EDGE_REGISTERS = (0, 1, 2, 7, 8, 9, 16, 24, 31, 32, 33, 40, 48, 56, 63, 64, 65, 72, 80, 96, 127, 128, 168,
-                  232, 254, 255, 256, 257, 300)
+EDGE_BLOCK_SIZES = (
+    1,
+    2,
+    31,
+    32,
+    33,
+    47,
+    48,
+    63,
+    64,
+    65,
+    95,
+    96,
+    97,
+    127,
+    128,
+    129,
+    192,
+    255,
+    256,
+    257,
+    384,
+    511,
+    512,
+    513,
+    640,
+    767,
+    768,
+    769,
+    1000,
+    1023,
+    1024,
+    1025,
+    1056,
+    1536,
+    2048,
+)
+EDGE_REGISTERS = (
+    0,
+    1,
+    2,
+    7,
+    8,
+    9,
+    16,
+    24,
+    31,
+    32,
+    33,
+    40,
+    48,
+    56,
+    63,
+    64,
+    65,
+    72,
+    80,
+    96,
+    127,
+    128,
+    168,
+    232,
+    254,
+    255,
+    256,
+    257,
+    300,
+)
 
 
 def _fuzz_device(rng: random.Random) -> DeviceProperties:
@@ -111,8 +192,20 @@ def _fuzz_device(rng: random.Random) -> DeviceProperties:
         "regs_per_sm": (-5, 0, 32768, 65536, 131072),
         "warp_size": (0, 16, 32, 64),
         "shared_mem_per_block": (0, 16 * KIB, 48 * KIB, 64 * KIB),
-        "shared_mem_per_sm": (0, 1, 16 * KIB, 32 * KIB, 64 * KIB, 96 * KIB, 100 * KIB, 132 * KIB, 164 * KIB,
-                              228 * KIB, 256 * KIB, rng.randrange(300 * KIB)),
+        "shared_mem_per_sm": (
+            0,
+            1,
+            16 * KIB,
+            32 * KIB,
+            64 * KIB,
+            96 * KIB,
+            100 * KIB,
+            132 * KIB,
+            164 * KIB,
+            228 * KIB,
+            256 * KIB,
+            rng.randrange(300 * KIB),
+        ),
         "num_sms": (-1, 0, 1, 108),
         "shared_mem_per_block_optin": (0, 48 * KIB, 99 * KIB, 163 * KIB, 227 * KIB, rng.randrange(300 * KIB)),
     }
@@ -164,8 +257,13 @@ def _shared_memory(rng: random.Random, device: DeviceProperties) -> int:
     if kind < 0.70:
         carveouts = (8, 16, 32, 64, 96, 100, 132, 164, 196, 228)
         boundary = rng.choice(
-            (per_block, optin, per_block - reserve, optin - reserve,
-             *(k * KIB // n - reserve for k in carveouts for n in (1, 2, 3)))
+            (
+                per_block,
+                optin,
+                per_block - reserve,
+                optin - reserve,
+                *(k * KIB // n - reserve for k in carveouts for n in (1, 2, 3)),
+            )
         )
         return max(0, boundary + rng.choice((-257, -256, -129, -128, -127, -1, 0, 1, 127, 128, 129, 256, 257)))
     if kind < 0.85:

@@ -54,8 +54,22 @@ def _launches(rng: random.Random, n: int, streams: int, w: float) -> list[Kernel
         d = rng.choice([0.0, 1.0, rng.expovariate(1 / 20), rng.uniform(0.4, 1.2) * w, 1e-7])
         ts = t[s] + gap - (rng.uniform(0, 200) if i == 0 else 0.0)
         t[s] = ts + d
-        out.append(KernelLaunch(f"k{rng.randrange(5)}", rng.randrange(2), ts, d, s, (rng.randrange(1, 9), 1, 1),
-                                (128, 1, 1), 32, 0, 1.5, None, None))
+        out.append(
+            KernelLaunch(
+                f"k{rng.randrange(5)}",
+                rng.randrange(2),
+                ts,
+                d,
+                s,
+                (rng.randrange(1, 9), 1, 1),
+                (128, 1, 1),
+                32,
+                0,
+                1.5,
+                None,
+                None,
+            )
+        )
     return out
 
 
@@ -68,8 +82,9 @@ def test_group_sums_and_busy_time_are_the_python_floats(seed: int, python: Any) 
     compiled = windowmath.group_launches(launches, window)
     reference = python(windowmath.group_launches, launches, window)
     fields = ("n", "sum_h", "sum_hd", "sum_lim", "longest", "intervals")
-    assert [repr([getattr(g, f) for f in fields]) for g in compiled] == \
-           [repr([getattr(g, f) for f in fields]) for g in reference]
+    assert [repr([getattr(g, f) for f in fields]) for g in compiled] == [
+        repr([getattr(g, f) for f in fields]) for g in reference
+    ]
     assert [g.first for g in compiled] == [g.first for g in reference]
     intervals = [iv for g in compiled for iv in g.intervals]
     rng.shuffle(intervals)

@@ -64,8 +64,10 @@ def test_a_link_out_of_the_folder_is_refused_naming_its_target(folder: Path, out
             with pytest.raises(RefusedFile) as info:
                 check(folder / name)
             assert info.value.reason == "symlink"
-            assert str(info.value) == (f"{folder / name}: refused: a symbolic link to {outside / 'secret.json.gz'}, "
-                                       f"outside the folder {folder}")
+            assert str(info.value) == (
+                f"{folder / name}: refused: a symbolic link to {outside / 'secret.json.gz'}, "
+                f"outside the folder {folder}"
+            )
             with pytest.raises(RefusedFile):
                 open_confined(folder / name).__enter__()
         assert watch.opened() == set()
@@ -101,8 +103,10 @@ def test_another_users_file_is_refused_unless_the_folder_is_theirs(folder: Path,
         with pytest.raises(RefusedFile) as info:
             open_confined(folder / "foreign.json.gz").__enter__()
         assert info.value.reason == "foreign_owner"
-        assert str(info.value) == (f"{folder / 'foreign.json.gz'}: refused: owned by uid {FOREIGN_UID}; only files of "
-                                   "warpwatch's uid (0), root (0) or the folder's owner (0) are read")
+        assert str(info.value) == (
+            f"{folder / 'foreign.json.gz'}: refused: owned by uid {FOREIGN_UID}; only files of "
+            "warpwatch's uid (0), root (0) or the folder's owner (0) are read"
+        )
         assert watch.opened() == set()
     finally:
         watch.close()
@@ -196,7 +200,8 @@ def test_replaying_a_single_refused_file_stops_the_start_with_the_reason(folder:
     result = run_cli("run", "--source", f"replay:{folder / 'pipe.json'}", "--port", "0", timeout=30)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"warpwatch: error: replay:{folder / 'pipe.json'}: {folder / 'pipe.json'}: refused: a FIFO, not a regular file")
+        f"warpwatch: error: replay:{folder / 'pipe.json'}: {folder / 'pipe.json'}: refused: a FIFO, not a regular file"
+    )
 
 
 def req(pids: list[int]) -> bytes:

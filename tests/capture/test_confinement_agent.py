@@ -54,14 +54,20 @@ def test_the_agent_refuses_counts_and_names_each_entry_once_and_opens_none(
     if os.geteuid() == 0:
         shutil.copy(CONTROL, folder / "foreign.json.gz")
         os.chown(folder / "foreign.json.gz", FOREIGN_UID, FOREIGN_UID)
-        expected["foreign.json.gz"] = (f"refused: owned by uid {FOREIGN_UID}; only files of warpwatch's uid (0), "
-                                       "root (0) or the folder's owner (0) are read")
+        expected["foreign.json.gz"] = (
+            f"refused: owned by uid {FOREIGN_UID}; only files of warpwatch's uid (0), "
+            "root (0) or the folder's owner (0) are read"
+        )
         reasons["refused_foreign_owner"] = 1.0
     watch = OpenWatch(folder, outside)
     agent = Agent("--source", f"dir:{folder}", *FAST, "--log-format", "json")
     try:
-        done = agent.wait_for(lambda s: sample(s, "warpwatch_windows_total", outcome="failed") == len(expected)
-                              and sample(s, "warpwatch_windows_total", outcome="ok") == 2)
+        done = agent.wait_for(
+            lambda s: (
+                sample(s, "warpwatch_windows_total", outcome="failed") == len(expected)
+                and sample(s, "warpwatch_windows_total", outcome="ok") == 2
+            )
+        )
         for reason, count in reasons.items():
             assert sample(done, ERRORS, stage="read", reason=reason) == count, reason
         time.sleep(1.0)  # more rounds: nothing is refused (or counted, or logged) twice
@@ -128,8 +134,9 @@ def test_hostile_names_leave_the_exposition_valid_for_promtool(hostile_agent: tu
     status, _, body = agent.get("/metrics")
     assert status == 200
     if shutil.which("promtool"):
-        proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60,
-                              check=False)
+        proc = subprocess.run(
+            ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
     text = body.decode("utf-8")  # valid UTF-8, or this raises
     samples = parse(text)
@@ -214,7 +221,7 @@ def test_a_log_record_is_one_line_whatever_its_values(formatter: Any) -> None:
     import logging
 
     record = logging.LogRecord("warpwatch.test", logging.WARNING, __file__, 1, "window", None, None)
-    record.warpwatch_fields = {"file": HOSTILE_FILE_NAMES[0], "error": "\ud800\x00\u2028\U0001F600", "n": 1}
+    record.warpwatch_fields = {"file": HOSTILE_FILE_NAMES[0], "error": "\ud800\x00\u2028\U0001f600", "n": 1}
     line = formatter.format(record)
     assert "\n" not in line and not UNPRINTABLE.search(line)
     line.encode("utf-8")  # no lone surrogate left
@@ -232,9 +239,9 @@ def test_the_analyze_table_prints_no_raw_control_character(tmp_path: Path) -> No
     assert "ctl[31mredend~" + name_hash(HOSTILE_NAMES[1]) in result.stdout
     lines = result.stdout.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.startswith("  ─"))
-    rows = lines[rule + 1:rule + 1 + len(HOSTILE_NAMES)]
+    rows = lines[rule + 1 : rule + 1 + len(HOSTILE_NAMES)]
     assert all(re.search(r"  \d+\.\d\d$", line) for line in rows)  # one row per kernel: no name broke a row
-    after = lines[rule + 1 + len(HOSTILE_NAMES):]
+    after = lines[rule + 1 + len(HOSTILE_NAMES) :]
     assert not re.search(r"  \d+\.\d\d$", after[0])  # the rows end where the kernels do
     assert any(line.startswith("  Kernel:") for line in after[:3]), after[:3]  # then the table's notes
 

@@ -42,7 +42,8 @@ def client(root: Path, name: str) -> socket.socket:
 
 @pytest.mark.slow
 def test_a_client_that_missed_its_poll_is_waited_for_at_most_the_fixed_bound(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue: a client polling twice 40 s apart held the next window open 61.3 s (1.5 x its gap).
     Scaled down: gaps of 3 s and a bound of 1 s; the window gives up on it after the bound."""
     monkeypatch.setattr(daemon_window, "MAX_ACCEPT_S", 1.0)
@@ -88,7 +89,8 @@ def test_a_missed_poll_lengthens_one_gap_not_the_clients_interval(root: Path) ->
 
 
 def test_fake_senders_cost_a_few_log_lines_a_bounded_registry_and_are_counted(
-        root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Issue: one INFO line per new client address, unlimited (47,497 lines from fake senders);
     malformed datagrams counted nowhere a user could see. Issue 20: newcomers beyond the bound
     were refused; now each is answered and the oldest one-shot sender makes room for it."""
@@ -118,10 +120,14 @@ def test_fake_senders_cost_a_few_log_lines_a_bounded_registry_and_are_counted(
         labels = {"source": src.name}
         assert registry.get_sample_value(md.DAEMON_CLIENTS.name, labels) == 50
         assert registry.get_sample_value(md.exposed_name(md.DAEMON_CLIENTS_SEEN), labels) == 80
-        assert registry.get_sample_value(md.exposed_name(md.DAEMON_DATAGRAMS_DROPPED),
-                                         {**labels, "reason": "malformed"}) == 7
-        assert registry.get_sample_value(md.exposed_name(md.DAEMON_CLIENTS_EVICTED),
-                                         {**labels, "reason": "registry_full"}) == 30
+        assert (
+            registry.get_sample_value(md.exposed_name(md.DAEMON_DATAGRAMS_DROPPED), {**labels, "reason": "malformed"})
+            == 7
+        )
+        assert (
+            registry.get_sample_value(md.exposed_name(md.DAEMON_CLIENTS_EVICTED), {**labels, "reason": "registry_full"})
+            == 30
+        )
     finally:
         for s in senders:
             s.close()
@@ -164,7 +170,8 @@ def test_the_daemon_thread_survives_a_flood(root: Path) -> None:
 
 
 def test_sweeping_many_abandoned_windows_lists_the_trace_folder_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each abandoned stem was looked for with its own glob, a listing of the whole folder: ten
     minutes of windows whose clients never wrote (a flood of fake senders gets configs too) made
     every sweep thousands of listings. The files deleted are still exactly `<stem>_*` ones."""

@@ -41,8 +41,9 @@ def peer() -> Iterator[Peer]:
 
 
 def spawn(peer: Peer, stop: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", CLIENT, str(stop)], env=peer.env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-c", CLIENT, str(stop)], env=peer.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
 
 
 @pytest.mark.timeout(600)
@@ -82,6 +83,8 @@ def test_clients_that_exit_mid_window_are_counted_and_nothing_is_lost(peer: Peer
         proc.wait(60)
     finally:
         src.close()
-    print(f"exit statuses of clients that exited mid-window: {codes} ({sum(c != 0 for c in codes)} of "
-          f"{len(codes)} crashed in Kineto's teardown); windows that lost their trace: {lost}")
+    print(
+        f"exit statuses of clients that exited mid-window: {codes} ({sum(c != 0 for c in codes)} of "
+        f"{len(codes)} crashed in Kineto's teardown); windows that lost their trace: {lost}"
+    )
     assert src.stats().exits_in_window == lost

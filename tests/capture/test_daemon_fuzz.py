@@ -65,13 +65,16 @@ def expected_malformed(data: bytes, sender: int) -> bool:
 
 @st.composite
 def request_payload(draw: st.DrawFn) -> bytes:
-    pids = draw(st.one_of(
-        st.lists(st.one_of(st.integers(1, 4_000_000), INT32), max_size=8),
-        st.integers(1000, 17_000).map(lambda k: [7] * k),  # huge pid lists, some beyond 64 KiB
-    ))
+    pids = draw(
+        st.one_of(
+            st.lists(st.one_of(st.integers(1, 4_000_000), INT32), max_size=8),
+            st.integers(1000, 17_000).map(lambda k: [7] * k),  # huge pid lists, some beyond 64 KiB
+        )
+    )
     n = draw(st.one_of(st.just(len(pids)), INT32))
     return struct.pack("<iiq", draw(INT32), n, draw(st.integers(-(2**63), 2**63 - 1))) + struct.pack(
-        f"<{len(pids)}i", *pids)
+        f"<{len(pids)}i", *pids
+    )
 
 
 @st.composite

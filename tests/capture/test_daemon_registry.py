@@ -63,7 +63,8 @@ def test_the_interval_is_the_median_of_the_last_five_gaps_within_one_second_and_
 @settings(max_examples=100, deadline=None)
 @given(st.integers(1, 30), st.integers(5, 10), st.floats(0.0, 1e5), st.integers(0, 4))
 def test_one_odd_gap_among_regular_polls_does_not_move_the_interval(
-        interval: int, polls: int, odd: float, where: int) -> None:
+    interval: int, polls: int, odd: float, where: int
+) -> None:
     gaps = [float(interval)] * polls
     gaps[-1 - where] = odd  # one missed poll (long) or duplicate (short), among the last five
     assert estimate(gaps) == pytest.approx(interval)
@@ -172,8 +173,19 @@ def test_one_clients_poll_gap_sets_only_its_own_wait(peer: Peer, monkeypatch: py
         clients[name].recv(4096)  # answered: handled before the next one is sent
 
     try:
-        plan = [(0.0, "slow"), (2.0, "slow"), (2.0, "pause"), (4.0, "slow"), (6.0, "slow"), (6.0, "pause"),
-                (6.0, "fast"), (6.25, "fast"), (6.5, "fast"), (6.75, "fast"), (7.0, "fast")]
+        plan = [
+            (0.0, "slow"),
+            (2.0, "slow"),
+            (2.0, "pause"),
+            (4.0, "slow"),
+            (6.0, "slow"),
+            (6.0, "pause"),
+            (6.0, "fast"),
+            (6.25, "fast"),
+            (6.5, "fast"),
+            (6.75, "fast"),
+            (7.0, "fast"),
+        ]
         start = time.monotonic() + 3600.0
         for at, name in plan:
             arrival[0] = start + at

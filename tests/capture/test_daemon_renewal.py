@@ -46,7 +46,8 @@ def test_a_renewal_hands_back_the_datagrams_queued_on_the_old_socket(peer: Peer,
             s.sendto(req(3, [1000 + i]), sock.own)
         queued = sock.renew()
         assert [(data, sender) for data, _, sender, _ in queued] == [
-            (req(3, [1000 + i]), str(peer.socket_dir / f"c{i}")) for i in range(3)]
+            (req(3, [1000 + i]), str(peer.socket_dir / f"c{i}")) for i in range(3)
+        ]
         senders[0].sendto(b"next", sock.own)  # the name is bound again, on the new socket
         got = sock.receive()
         assert got is not None and got[0] == b"next"
@@ -76,8 +77,9 @@ def test_a_datagram_that_arrives_while_the_socket_is_renewed_is_answered(peer: P
     sock = SentDuringRenewal(peer, late)
     sock.bind()
     clients = ClientRegistry(1.0)
-    responder = Responder("kineto-daemon", peer.trace_dir, DEFAULT_ACTIVITY_TYPES, 3.0, 60.0, sock, clients,
-                          threading.Condition())
+    responder = Responder(
+        "kineto-daemon", peer.trace_dir, DEFAULT_ACTIVITY_TYPES, 3.0, 60.0, sock, clients, threading.Condition()
+    )
     responder.clogged = True  # renew after the next datagram, as after a send that found the buffer full
     wake_r, wake_w = socket.socketpair()
     stop = threading.Event()

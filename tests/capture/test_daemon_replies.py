@@ -65,7 +65,8 @@ def test_the_daemon_path_is_the_dir_a_slash_and_dynolog_unnormalised() -> None:
     ],
 )
 def test_a_reply_is_safe_only_from_an_address_libkineto_accepts(
-        own: str | bytes, peer_address: str | bytes, safe: bool) -> None:
+    own: str | bytes, peer_address: str | bytes, safe: bool
+) -> None:
     assert reply_is_safe(own, peer_address) is safe
 
 
@@ -103,8 +104,9 @@ def test_a_client_spelling_the_dir_otherwise_is_left_unanswered_not_killed(peer:
     src.start()
     try:
         proc = peer.spawn(socket_dir=f"{peer.socket_dir}/")
-        wait_for(lambda: src.stats().replies_dropped["unsafe_address"] >= 3 or proc.poll() is not None,
-                 30, "three polls")
+        wait_for(
+            lambda: src.stats().replies_dropped["unsafe_address"] >= 3 or proc.poll() is not None, 30, "three polls"
+        )
         assert proc.poll() is None, f"client exited {proc.returncode}: {peer.log(proc)[-500:]}"
         assert src.clients() == []
     finally:
@@ -227,7 +229,8 @@ def test_a_config_taken_back_does_not_hand_its_file_name_to_another_client() -> 
 
 
 def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
-        peer: Peer, monkeypatch: pytest.MonkeyPatch) -> None:
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An exception out of the serving thread ended it with a traceback and left the source
     looking alive: every later window waited for clients nobody answered, without a word. Now
     the window fails with the reason and the source binds its socket afresh for the next."""
@@ -235,6 +238,7 @@ def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
     src.start()
     client = fake_client(str(peer.socket_dir / "c"))
     try:
+
         def broken_receive() -> None:
             raise RuntimeError("receive exploded")
 
@@ -254,8 +258,7 @@ def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
 
 
 @pytest.mark.slow
-def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(
-        peer: Peer) -> None:
+def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(peer: Peer) -> None:
     """Every sender with the trace bit that polled while a window accepted was served a config,
     however many: each one then cost a file looked for on every pass of the window and a stem
     kept for ten minutes. Here 12 fresh senders come while the window for no known client

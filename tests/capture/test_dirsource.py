@@ -53,7 +53,12 @@ def test_temporary_hidden_and_foreign_files_are_ignored(folder: Path) -> None:
     (folder / "sub" / "x.json").write_text("{}")
     assert DirSource(folder).capture(0.01, 1.0) == []
     assert [is_trace_name(n) for n in ("x.json", "x.JSON.GZ", "x.pt.trace.json", "x.json.tmp", ".x.json")] == [
-        True, True, True, False, False]
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_an_incomplete_gzip_waits_until_complete(folder: Path) -> None:

@@ -57,22 +57,24 @@ _STEMS = st.one_of(
     st.sampled_from([".hidden", "-", " spaced name ", "a\nb", "\u202e"]),
 )
 
-_ENTRY = st.fixed_dictionaries({
-    "stem": _STEMS,
-    "suffix": st.sampled_from(_SUFFIXES),
-    "kind": st.sampled_from(["file"] * 6 + ["random", "fifo", "dir", "link_in", "link_out", "dangling"]),
-    "content": st.sampled_from(sorted(_CONTENTS)),
-    "n": st.integers(0, 100_000),
-    "noise": st.binary(max_size=2048),
-    "mutation": st.sampled_from(["none"] * 3 + ["truncate", "append", "replace", "delete", "chmod"]),
-})
+_ENTRY = st.fixed_dictionaries(
+    {
+        "stem": _STEMS,
+        "suffix": st.sampled_from(_SUFFIXES),
+        "kind": st.sampled_from(["file"] * 6 + ["random", "fifo", "dir", "link_in", "link_out", "dangling"]),
+        "content": st.sampled_from(sorted(_CONTENTS)),
+        "n": st.integers(0, 100_000),
+        "noise": st.binary(max_size=2048),
+        "mutation": st.sampled_from(["none"] * 3 + ["truncate", "append", "replace", "delete", "chmod"]),
+    }
+)
 
 
 def _name(entry: dict[str, Any]) -> str | None:
     name = entry["stem"] + entry["suffix"]
     raw = os.fsencode(name)
     if name in (".", "..") or len(raw) > NAME_MAX:
-        raw = raw[:NAME_MAX - len(os.fsencode(entry["suffix"]))] + os.fsencode(entry["suffix"])
+        raw = raw[: NAME_MAX - len(os.fsencode(entry["suffix"]))] + os.fsencode(entry["suffix"])
         try:
             name = os.fsdecode(raw)
         except UnicodeDecodeError:
@@ -119,13 +121,14 @@ def _mutate(path: Path, how: str) -> None:
         pass  # a FIFO, a directory, a link out of the folder: nothing to do to it
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @pytest.mark.slow
 @given(entries=st.lists(_ENTRY, min_size=1, max_size=6))
 def test_any_folder_content_gives_clean_counted_windows(
-        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-        entries: list[dict[str, Any]]) -> None:
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, entries: list[dict[str, Any]]
+) -> None:
     root = tmp_path_factory.mktemp("fuzz")
     folder, outside = root / "traces", root / "outside.json"
     folder.mkdir()
@@ -151,8 +154,15 @@ def test_any_folder_content_gives_clean_counted_windows(
 
     monkeypatch.setattr(files, "open_confined", open_then_mutate)
     src = DirSource(folder, json_settle_s=3600.0, give_up_s=0.0)  # checks decide; nothing is waited for
-    cfg = Config(source=(f"dir:{folder}",), address="127.0.0.1", port=0, period=10.0, window=0.01, jitter=0.0,
-                 collect_timeout=2.0)
+    cfg = Config(
+        source=(f"dir:{folder}",),
+        address="127.0.0.1",
+        port=0,
+        period=10.0,
+        window=0.01,
+        jitter=0.0,
+        collect_timeout=2.0,
+    )
     svc = Service(cfg, sources=[src])
     records: list[logging.LogRecord] = []
     handler = logging.Handler()

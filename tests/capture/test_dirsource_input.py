@@ -35,22 +35,31 @@ def _kernel_trace() -> bytes:
 
 
 def test_deep_nesting_fails_that_file_and_the_source_carries_on(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Issue: a 100k-deep file raised RecursionError out of the dir: source's completeness check
     (msgspec), so every round failed as "capture raised" and no file in the folder was read."""
     folder = tmp_path / "traces"
     folder.mkdir()
     (folder / "deep.json").write_bytes(b'{"traceEvents": [], "x": ' + b"[" * DEEP + b"]" * DEEP + b"}")
     event = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
-    (folder / "deep_args.json").write_bytes(b'{"traceEvents": [' + event + b'{"a":' * DEEP + b"1" + b"}" * DEEP
-                                            + b"}]}")
+    (folder / "deep_args.json").write_bytes(
+        b'{"traceEvents": [' + event + b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"}]}"
+    )
     (folder / "good.json").write_bytes(_kernel_trace())
     now = time.time_ns()
     for p in folder.iterdir():  # fresh files: only the completeness check can hand them over now
         os.utime(p, ns=(now, now))
     src = DirSource(folder, json_settle_s=3600.0, give_up_s=3600.0)
-    cfg = Config(source=(f"dir:{folder}",), address="127.0.0.1", port=0, period=10.0, window=0.05, jitter=0.0,
-                 collect_timeout=5.0)
+    cfg = Config(
+        source=(f"dir:{folder}",),
+        address="127.0.0.1",
+        port=0,
+        period=10.0,
+        window=0.05,
+        jitter=0.0,
+        collect_timeout=5.0,
+    )
     svc = Service(cfg, sources=[src])
     with caplog.at_level(logging.INFO):
         svc.run_round()
@@ -60,8 +69,11 @@ def test_deep_nesting_fails_that_file_and_the_source_carries_on(
 
     assert count(md.ERRORS, stage="capture", reason="raised") == 0
     assert count(md.WINDOWS, outcome="ok") == 1  # good.json, in the same round
-    windows = {r.warpwatch_fields.get("file"): r.warpwatch_fields for r in caplog.records  # type: ignore[attr-defined]
-               if r.msg == "window"}
+    windows = {
+        r.warpwatch_fields.get("file"): r.warpwatch_fields
+        for r in caplog.records  # type: ignore[attr-defined]
+        if r.msg == "window"
+    }
     assert windows["good.json"]["outcome"] == "ok"
     for name in ("deep.json", "deep_args.json"):  # whole, so handed over at once, and failed by the reader
         assert windows[name]["outcome"] == "failed"
@@ -72,7 +84,8 @@ def test_deep_nesting_fails_that_file_and_the_source_carries_on(
 
 @pytest.mark.parametrize("how", ["truncate", "append", "replace"])
 def test_a_json_changed_while_it_is_checked_waits_for_the_next_look(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     """The source has opened the file for the completeness check when its writer changes it: not
     handed over now (try again later); a whole file is handed over at the next look, once."""
     folder = tmp_path / "traces"
@@ -146,8 +159,19 @@ def test_a_writer_truncating_a_json_while_the_agent_checks_it_never_kills_the_ag
     one = json.dumps(events).encode()[1:-1]
     body = b'{"traceEvents": [' + b", ".join([one] * max(1, (48 << 20) // len(one))) + b"]}"
     target = folder / "big.json"
-    agent = Agent("--source", f"dir:{folder}", "--period", "0.4s", "--window", "0.05s", "--jitter", "0",
-                  "--allow-high-duty", "--collect-timeout", "20s")
+    agent = Agent(
+        "--source",
+        f"dir:{folder}",
+        "--period",
+        "0.4s",
+        "--window",
+        "0.05s",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--collect-timeout",
+        "20s",
+    )
     pid = agent.proc.pid
     truncated_while_read = mapped_seen = 0
     delays = [0.0, 0.01, 0.03, 0.06, 0.1]
@@ -180,8 +204,9 @@ def test_a_writer_truncating_a_json_while_the_agent_checks_it_never_kills_the_ag
         tmp = folder / "good.json.tmp"
         tmp.write_bytes(_kernel_trace())
         os.replace(tmp, good)
-        agent.wait_for_line(r"event=window .*file=good\.json .*outcome=ok|event=window .*outcome=ok.*file=good\.json",
-                            30)
+        agent.wait_for_line(
+            r"event=window .*file=good\.json .*outcome=ok|event=window .*outcome=ok.*file=good\.json", 30
+        )
         assert agent.proc.poll() is None
     finally:
         rc, _ = agent.stop()

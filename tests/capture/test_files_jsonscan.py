@@ -46,11 +46,18 @@ _OBJECTS = st.dictionaries(_TRICKY, _VALUES, max_size=5)
 
 
 @settings(max_examples=150, deadline=None)
-@given(obj=_OBJECTS, ascii_only=st.booleans(), indent=st.sampled_from([None, 0, 2]),
-       lead=st.sampled_from(["", " ", "\n\t "]), trail=st.sampled_from(["", "\n", " \r\n "]), data=st.data())
+@given(
+    obj=_OBJECTS,
+    ascii_only=st.booleans(),
+    indent=st.sampled_from([None, 0, 2]),
+    lead=st.sampled_from(["", " ", "\n\t "]),
+    trail=st.sampled_from(["", "\n", " \r\n "]),
+    data=st.data(),
+)
 @pytest.mark.slow
 def test_a_json_object_is_complete_exactly_when_whole_however_it_is_cut(
-        obj: dict[str, Any], ascii_only: bool, indent: int | None, lead: str, trail: str, data: st.DataObject) -> None:
+    obj: dict[str, Any], ascii_only: bool, indent: int | None, lead: str, trail: str, data: st.DataObject
+) -> None:
     text = (lead + json.dumps(obj, ensure_ascii=ascii_only, indent=indent)).encode()
     cuts = data.draw(st.lists(st.integers(0, len(text) + len(trail)), max_size=6))
     assert scan(text + trail.encode(), cuts), text
@@ -120,7 +127,8 @@ def mutating(target: Path, how: str) -> type[JsonScan]:
 
 @pytest.mark.parametrize("how", ["truncate", "append", "replace"])
 def test_a_file_that_changes_while_it_is_checked_is_not_complete_yet(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
     target = tmp_path / "t.json"
     target.write_bytes(b'{"traceEvents": [' + b", ".join([b'{"name": "k"}'] * 1000) + b"]}")
     assert files.is_complete_json(target)

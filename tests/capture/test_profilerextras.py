@@ -33,7 +33,10 @@ def test_each_option_is_seen_by_its_mark(tmp_path: Path, suffix: str) -> None:
     assert recorded_extras(write(tmp_path / f"a{suffix}", [KERNEL])) == []
     assert recorded_extras(write(tmp_path / f"b{suffix}", [KERNEL, STACK])) == ["torch_profiler_with_stack"]
     assert recorded_extras(write(tmp_path / f"c{suffix}", [MEMORY, SHAPES, STACK])) == [
-        "torch_profiler_with_stack", "torch_profiler_with_memory", "torch_profiler_record_shapes"]
+        "torch_profiler_with_stack",
+        "torch_profiler_with_memory",
+        "torch_profiler_record_shapes",
+    ]
 
 
 def test_only_the_first_bytes_are_read_and_bad_files_give_nothing(tmp_path: Path) -> None:
@@ -53,16 +56,18 @@ def parsed_extras(path: Path) -> list[str]:
     found = {
         "torch_profiler_with_stack": any(e.get("cat") == "python_function" for e in events),
         "torch_profiler_with_memory": any(e.get("name") == "[memory]" for e in events),
-        "torch_profiler_record_shapes": any(isinstance(e.get("args"), dict) and "Input Dims" in e["args"]
-                                            for e in events),
+        "torch_profiler_record_shapes": any(
+            isinstance(e.get("args"), dict) and "Input Dims" in e["args"] for e in events
+        ),
     }
     return [k for k, v in found.items() if v]
 
 
 def test_on_the_real_traces_it_agrees_with_parsing_them_whole() -> None:
     traces = [p for p in sorted(SHARED_TRACES.rglob("*.json*")) if p.is_file() and p.stat().st_size < 2 << 20]
-    traces = [p for p in traces if len(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes())
-              <= SCAN_BYTES]
+    traces = [
+        p for p in traces if len(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()) <= SCAN_BYTES
+    ]
     seen: set[str] = set()
     checked = 0
     for p in traces:

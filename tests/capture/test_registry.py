@@ -32,7 +32,12 @@ def test_specs_build_their_sources(tmp_path: Path) -> None:
     d = build_source(f"dir:{tmp_path}", CONFIG)
     assert isinstance(d, DirSource)
     assert (d.name, d.folder, d.delete_processed, d.retention_files, d.give_up_s) == (
-        f"dir:{tmp_path}", tmp_path, True, 3, 7.0)
+        f"dir:{tmp_path}",
+        tmp_path,
+        True,
+        3,
+        7.0,
+    )
     r = build_source(f"replay:{ALEXNET}", CONFIG)
     assert isinstance(r, ReplaySource)
     assert isinstance(r, Source)
@@ -42,7 +47,10 @@ def test_server_and_daemon_specs_build_their_sources(tmp_path: Path) -> None:
     v = build_source(f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2", CONFIG)
     assert isinstance(v, VllmSource)
     assert (v.name, v.options.trace_dir, v.options.expected_files) == (
-        f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2", tmp_path, 2)
+        f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2",
+        tmp_path,
+        2,
+    )
     s = build_source(f"sglang:http://localhost:30000,dir={tmp_path},server_dir=/srv/t", CONFIG)
     assert isinstance(s, SglangSource)
     assert s.server_trace_dir == "/srv/t"
@@ -53,17 +61,27 @@ def test_server_and_daemon_specs_build_their_sources(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("nfs:/x", "source 'nfs:/x': unknown kind of source; use one of dir:, replay:, kineto-daemon, vllm:, "
-                   "sglang: (e.g. dir:/var/run/traces, replay:trace.json.gz, kineto-daemon, "
-                   "vllm:http://localhost:8000,dir=/traces)"),
+        (
+            "nfs:/x",
+            "source 'nfs:/x': unknown kind of source; use one of dir:, replay:, kineto-daemon, vllm:, "
+            "sglang: (e.g. dir:/var/run/traces, replay:trace.json.gz, kineto-daemon, "
+            "vllm:http://localhost:8000,dir=/traces)",
+        ),
         ("dir:", "source 'dir:': dir: needs a folder, e.g. dir:/var/run/traces"),
         ("replay:", "source 'replay:': replay: needs a trace file or folder (or @samples)"),
-        ("vllm:http://h:1,color=red", "source 'vllm:http://h:1,color=red': unknown option 'color=red'; options are "
-                                      "dir=..., token_env=..., expected_files=..., max_steps=..."),
-        ("vllm:http://h:1,max_steps=-1", "vllm source: max_steps must be an integer from 0 to 100000 (0: the whole "
-                                         "window), got -1"),
-        ("sglang:http://h:1,expected_files=two", "source 'sglang:http://h:1,expected_files=two': expected_files "
-                                                 "must be an integer, got 'two'"),
+        (
+            "vllm:http://h:1,color=red",
+            "source 'vllm:http://h:1,color=red': unknown option 'color=red'; options are "
+            "dir=..., token_env=..., expected_files=..., max_steps=...",
+        ),
+        (
+            "vllm:http://h:1,max_steps=-1",
+            "vllm source: max_steps must be an integer from 0 to 100000 (0: the whole window), got -1",
+        ),
+        (
+            "sglang:http://h:1,expected_files=two",
+            "source 'sglang:http://h:1,expected_files=two': expected_files must be an integer, got 'two'",
+        ),
     ],
 )
 def test_bad_specs_are_config_errors_naming_the_spec(spec: str, message: str) -> None:

@@ -29,8 +29,10 @@ def test_totals_add_every_label_set_of_the_newest_name_present() -> None:
     assert histogram_sums(exposition(90, 2.5), HISTOGRAMS["vllm"]) == (3.5, 100.0)
     old = "vllm:time_per_output_token_seconds_sum 4.0\nvllm:time_per_output_token_seconds_count 8\n"
     assert histogram_sums(old, HISTOGRAMS["vllm"]) == (4.0, 8.0)
-    sglang = ('sglang:inter_token_latency_seconds_sum{tp_rank="0"} 1.5\n'
-              'sglang:inter_token_latency_seconds_count{tp_rank="0"} 3\n')
+    sglang = (
+        'sglang:inter_token_latency_seconds_sum{tp_rank="0"} 1.5\n'
+        'sglang:inter_token_latency_seconds_count{tp_rank="0"} 3\n'
+    )
     assert histogram_sums(sglang, HISTOGRAMS["sglang"]) == (1.5, 3.0)
 
 

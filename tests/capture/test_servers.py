@@ -108,9 +108,7 @@ def test_sglang_server_side_folder(tmp_path: Path, standins: list[StandIn]) -> N
     def handle(rec: Recorded) -> tuple[int, str, bytes]:
         if rec.path == "/start_profile":
             server_dir_seen.append(json.loads(rec.body)["output_dir"])
-            rec = Recorded(
-                rec.method, rec.path, rec.headers, json.dumps({"output_dir": str(agent_view)}).encode()
-            )
+            rec = Recorded(rec.method, rec.path, rec.headers, json.dumps({"output_dir": str(agent_view)}).encode())
         return real_handle(rec)
 
     server.handle = handle  # type: ignore[method-assign]
@@ -125,16 +123,32 @@ def test_sglang_server_side_folder(tmp_path: Path, standins: list[StandIn]) -> N
 @pytest.mark.parametrize(
     ("kind", "hints", "first_request"),
     [
-        ("vllm", ["disabled", "--profiler-config", "torch_profiler_dir", "VLLM_TORCH_PROFILER_DIR"],
-         ["/start_profile"]),
+        (
+            "vllm",
+            ["disabled", "--profiler-config", "torch_profiler_dir", "VLLM_TORCH_PROFILER_DIR"],
+            ["/start_profile"],
+        ),
         # A gateway that forwards none of SGLang's routes: the version cannot be read, so no start
         # is sent at all (some versions die of a start they do not take).
-        ("sglang", ["cannot tell the SGLang version", "/get_server_info", "router or gateway",
-                    "SGLANG_TORCH_PROFILER_DIR", "output_dir"], []),
+        (
+            "sglang",
+            [
+                "cannot tell the SGLang version",
+                "/get_server_info",
+                "router or gateway",
+                "SGLANG_TORCH_PROFILER_DIR",
+                "output_dir",
+            ],
+            [],
+        ),
     ],
 )
 def test_disabled_logs_once_and_backs_off(
-    kind: str, hints: list[str], first_request: list[str], trace_dir: Path, standins: list[StandIn],
+    kind: str,
+    hints: list[str],
+    first_request: list[str],
+    trace_dir: Path,
+    standins: list[StandIn],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER)

@@ -26,8 +26,13 @@ RANKS = [ALEXNET, INFERENCE_RANK1]
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
 
-FAST: dict[str, Any] = {"poll_interval_s": 0.05, "retry_pause_s": 0.05, "request_timeout_s": 5.0,
-                        "flush_timeout_s": 10.0, "settle_quiet_s": 0.5}
+FAST: dict[str, Any] = {
+    "poll_interval_s": 0.05,
+    "retry_pause_s": 0.05,
+    "request_timeout_s": 5.0,
+    "flush_timeout_s": 10.0,
+    "settle_quiet_s": 0.5,
+}
 
 Launch = Callable[..., Engine]
 
@@ -222,11 +227,23 @@ def test_vllm_front_end_cpu_trace_is_not_a_window(
 
     events = json.loads(gzip.decompress(front_end_trace.read_bytes()))["traceEvents"]
     assert events and not [e for e in events if e.get("cat") == "kernel"]  # really CPU only
-    engine = launch("vllm_server.py", "--family", "config", "--dir", str(trace_dir),
-                    "--front-end-trace", str(front_end_trace))
+    engine = launch(
+        "vllm_server.py", "--family", "config", "--dir", str(trace_dir), "--front-end-trace", str(front_end_trace)
+    )
     src = VllmSource(engine.url, trace_dir, delete_processed=True, **FAST)
-    svc = Service(Config(source=("vllm:stand-in",), address="127.0.0.1", port=0, period=1.0, window=0.1,
-                         jitter=0.0, allow_high_duty=True, collect_timeout=10.0), sources=[src])
+    svc = Service(
+        Config(
+            source=("vllm:stand-in",),
+            address="127.0.0.1",
+            port=0,
+            period=1.0,
+            window=0.1,
+            jitter=0.0,
+            allow_high_duty=True,
+            collect_timeout=10.0,
+        ),
+        sources=[src],
+    )
     with caplog.at_level(logging.WARNING, logger="warpwatch.capture.servers"):
         svc.run_round()
         svc.run_round()
@@ -260,6 +277,7 @@ def test_files_of_a_slow_stop_are_collected_later(trace_dir: Path, launch: Launc
     assert engine.state()["starts"] == 1
     later: list[CapturedWindow] = []
     deadline = time.monotonic() + 10
+
     def late_windows() -> list[CapturedWindow]:
         # The round that ends the late session opens the next window too (with its own interval).
         return sorted((w for w in ok(later) if w.requested == requested), key=lambda w: w.labels["rank"])
@@ -282,8 +300,9 @@ def test_a_file_that_never_completes_is_abandoned_and_deleted(trace_dir: Path, l
     """A stop that answers while its files are still written very slowly (60 s): after
     late_timeout_s the unfinished files are given up, counted and deleted: disk stays bounded."""
     engine = launch("vllm_server.py", "--family", "config", "--dir", str(trace_dir), "--stop-delays", "30")
-    src = VllmSource(engine.url, trace_dir, delete_processed=True, late_timeout_s=0.5,
-                     **{**FAST, "flush_timeout_s": 0.3})
+    src = VllmSource(
+        engine.url, trace_dir, delete_processed=True, late_timeout_s=0.5, **{**FAST, "flush_timeout_s": 0.3}
+    )
     # The stop never returns in time: write the session's files by hand, cut (the engine's
     # writer died mid-file).
     first = src.capture(0.05, 5)

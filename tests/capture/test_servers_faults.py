@@ -37,8 +37,14 @@ def test_a_rank_that_never_writes_does_not_hold_back_the_next_window(trace_dir: 
     """The window gives up on rank 1 (counted timed_out); its session stays open for late files, but
     once nothing more has come for settle_quiet_s the next window opens (not after late_timeout_s)."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
-    src = VllmSource(server.url, trace_dir, expected_files=2, settle_quiet_s=0.2, late_timeout_s=3600,
-                     **{**FAST, "flush_timeout_s": 0.3})
+    src = VllmSource(
+        server.url,
+        trace_dir,
+        expected_files=2,
+        settle_quiet_s=0.2,
+        late_timeout_s=3600,
+        **{**FAST, "flush_timeout_s": 0.3},
+    )
     assert [w.outcome for w in src.capture(0.05, 10)] == [None, "timed_out"]
     time.sleep(0.3)
     assert len(_ok(src.capture(0.05, 10))) == 1  # a new window, rank 0 again
@@ -101,8 +107,7 @@ def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vl
     the folder meanwhile was read and deleted. Each worker writes one file per session: a second
     file of a worker already handed over is someone else's."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
-    src = VllmSource(server.url, trace_dir, delete_processed=True, expected_files=2,
-                     **{**FAST, "flush_timeout_s": 0.3})
+    src = VllmSource(server.url, trace_dir, delete_processed=True, expected_files=2, **{**FAST, "flush_timeout_s": 0.3})
     first, missing = src.capture(0.05, 10)  # two workers expected: rank 1's file is late
     assert first.path is not None and missing.outcome == "timed_out"
     theirs = trace_dir / f"{server.instance_id}-rank-0.{time.time_ns()}.pt.trace.json.gz"
@@ -213,9 +218,7 @@ def test_bearer_token_sent_never_logged(
     assert all(TOKEN not in (w.error or "") for w in windows)
 
 
-def test_missing_token_is_explained(
-    trace_dir: Path, standins: list[StandIn], caplog: pytest.LogCaptureFixture
-) -> None:
+def test_missing_token_is_explained(trace_dir: Path, standins: list[StandIn], caplog: pytest.LogCaptureFixture) -> None:
     server = _vllm(standins, trace_dir, token=TOKEN)
     src = VllmSource(server.url, trace_dir, **FAST)
     (w,) = src.capture(0.05, 5)

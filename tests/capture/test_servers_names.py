@@ -21,8 +21,13 @@ from warpwatch.capture.servers.sglang import SglangDialect, parse_version
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
 
-FAST: dict[str, Any] = {"poll_interval_s": 0.02, "retry_pause_s": 0.01, "request_timeout_s": 2.0,
-                        "max_retries": 0, "flush_timeout_s": 0.2}
+FAST: dict[str, Any] = {
+    "poll_interval_s": 0.02,
+    "retry_pause_s": 0.01,
+    "request_timeout_s": 2.0,
+    "max_retries": 0,
+    "flush_timeout_s": 0.2,
+}
 
 
 # -- vLLM ----------------------------------------------------------------------------------------
@@ -36,12 +41,18 @@ V = VllmSource("http://h:1", "/tmp/unused")
         ("gpu-node-7_4242.1723456789123456789.pt.trace.json.gz", {"process": "gpu-node-7_4242"}),  # V0
         ("0a1b-rank-3.1723456789123456789.pt.trace.json.gz", {"rank": "3"}),  # V1 before 0.17
         ("worker0.pt.trace.json", {"process": "worker0"}),
-        ("dp1_pp0_tp3_dcp0_ep2_rank7.1723456789123456789.pt.trace.json.gz",  # 0.17+
-         {"dp_rank": "1", "pp_rank": "0", "tp_rank": "3", "dcp_rank": "0", "ep_rank": "2", "rank": "7"}),
-        ("run-a_dp0_pp1_tp0_dcp0_ep0_rank4.1723456789123456789.pt.trace.json",  # with profile_prefix
-         {"dp_rank": "0", "pp_rank": "1", "tp_rank": "0", "dcp_rank": "0", "ep_rank": "0", "rank": "4"}),
-        ("dp0_pp0_tp1_dcp0_ep0.1723456789123456789.pt.trace.json.gz",  # no global rank given
-         {"dp_rank": "0", "pp_rank": "0", "tp_rank": "1", "dcp_rank": "0", "ep_rank": "0"}),
+        (
+            "dp1_pp0_tp3_dcp0_ep2_rank7.1723456789123456789.pt.trace.json.gz",  # 0.17+
+            {"dp_rank": "1", "pp_rank": "0", "tp_rank": "3", "dcp_rank": "0", "ep_rank": "2", "rank": "7"},
+        ),
+        (
+            "run-a_dp0_pp1_tp0_dcp0_ep0_rank4.1723456789123456789.pt.trace.json",  # with profile_prefix
+            {"dp_rank": "0", "pp_rank": "1", "tp_rank": "0", "dcp_rank": "0", "ep_rank": "0", "rank": "4"},
+        ),
+        (
+            "dp0_pp0_tp1_dcp0_ep0.1723456789123456789.pt.trace.json.gz",  # no global rank given
+            {"dp_rank": "0", "pp_rank": "0", "tp_rank": "1", "dcp_rank": "0", "ep_rank": "0"},
+        ),
         ("rank5.1723456789123456789.pt.trace.json.gz", {"rank": "5"}),  # parallel state not up yet
     ],
 )
@@ -56,14 +67,21 @@ def test_vllm_front_end_trace_is_not_a_worker_trace() -> None:
     assert V.dialect.is_worker_trace("0a1b-rank-0.1723456789123456789.pt.trace.json.gz")
 
 
-@given(ranks=st.tuples(*[st.integers(0, 4095)] * 6), ts=st.integers(0, 2**63),
-       prefix=st.sampled_from(["", "x_", "a-b_"]))
+@given(
+    ranks=st.tuples(*[st.integers(0, 4095)] * 6), ts=st.integers(0, 2**63), prefix=st.sampled_from(["", "x_", "a-b_"])
+)
 @settings(max_examples=60, deadline=None)
 def test_vllm_0_17_ranks_round_trip(ranks: tuple[int, ...], ts: int, prefix: str) -> None:
     d, p, t, c, e, r = ranks
     name = f"{prefix}dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{r}.{ts}.pt.trace.json.gz"
-    assert V.dialect.labels_for(name) == {"dp_rank": str(d), "pp_rank": str(p), "tp_rank": str(t), "dcp_rank": str(c),
-                                   "ep_rank": str(e), "rank": str(r)}
+    assert V.dialect.labels_for(name) == {
+        "dp_rank": str(d),
+        "pp_rank": str(p),
+        "tp_rank": str(t),
+        "dcp_rank": str(c),
+        "ep_rank": str(e),
+        "rank": str(r),
+    }
 
 
 @given(st.text(max_size=200))
@@ -118,8 +136,17 @@ def test_sglang_names_that_are_not_traces() -> None:
 
 @pytest.mark.parametrize(
     ("text", "version"),
-    [("0.4.6.post1", (0, 4, 6)), ("0.5.0rc2", (0, 5, 0)), ("v0.4.10", (0, 4, 10)), ("1.2", (1, 2, 0)),
-     ("nightly", None), ("", None), (46, None), (None, None), (["0.4.6"], None)],
+    [
+        ("0.4.6.post1", (0, 4, 6)),
+        ("0.5.0rc2", (0, 5, 0)),
+        ("v0.4.10", (0, 4, 10)),
+        ("1.2", (1, 2, 0)),
+        ("nightly", None),
+        ("", None),
+        (46, None),
+        (None, None),
+        (["0.4.6"], None),
+    ],
 )
 def test_parse_version(text: object, version: tuple[int, int, int] | None) -> None:
     assert parse_version(text) == version
@@ -131,9 +158,14 @@ JSON = st.recursive(
     max_leaves=12,
 )
 INFO = st.fixed_dictionaries(
-    {}, optional={"version": st.one_of(st.text(max_size=12), st.sampled_from(["0.4.2", "0.4.6", "0.5.1"]), JSON),
-                  "tp_size": st.one_of(st.integers(-5, 10**9), JSON), "dp_size": JSON, "pp_size": JSON,
-                  "enable_dp_attention": JSON},
+    {},
+    optional={
+        "version": st.one_of(st.text(max_size=12), st.sampled_from(["0.4.2", "0.4.6", "0.5.1"]), JSON),
+        "tp_size": st.one_of(st.integers(-5, 10**9), JSON),
+        "dp_size": JSON,
+        "pp_size": JSON,
+        "enable_dp_attention": JSON,
+    },
 )
 ANSWER = st.one_of(
     INFO.map(lambda d: (200, json.dumps(d).encode())),
@@ -198,10 +230,16 @@ def test_sglang_spec_options(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("info", "ranks"),
-    [({"tp_size": 2}, 2), ({"tp_size": 2, "dp_size": 2, "pp_size": 2}, 8),
-     ({"tp_size": 4, "dp_size": 4, "enable_dp_attention": True}, 4),  # DP attention: DP ranks are TP ranks
-     ({}, None), ({"tp_size": 10**9}, None), ({"tp_size": 64, "dp_size": 64}, None), ({"tp_size": True}, None),
-     ({"tp_size": 2, "pp_size": "2"}, None)],
+    [
+        ({"tp_size": 2}, 2),
+        ({"tp_size": 2, "dp_size": 2, "pp_size": 2}, 8),
+        ({"tp_size": 4, "dp_size": 4, "enable_dp_attention": True}, 4),  # DP attention: DP ranks are TP ranks
+        ({}, None),
+        ({"tp_size": 10**9}, None),
+        ({"tp_size": 64, "dp_size": 64}, None),
+        ({"tp_size": True}, None),
+        ({"tp_size": 2, "pp_size": "2"}, None),
+    ],
 )
 def test_ranks_from_server_info(info: dict[str, object], ranks: int | None) -> None:
     assert SglangDialect.ranks(info) == ranks

@@ -20,8 +20,14 @@ from warpwatch.capture.servers import VllmSource
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
 
-FAST = {"poll_interval_s": 0.05, "retry_pause_s": 0.05, "request_timeout_s": 0.5, "settle_quiet_s": 0.3,
-        "backoff_s": 0.2, "max_backoff_s": 0.2}
+FAST = {
+    "poll_interval_s": 0.05,
+    "retry_pause_s": 0.05,
+    "request_timeout_s": 0.5,
+    "settle_quiet_s": 0.3,
+    "backoff_s": 0.2,
+    "max_backoff_s": 0.2,
+}
 
 
 @dataclass

@@ -45,16 +45,22 @@ def root() -> Iterator[Path]:
 def server(root: Path) -> Iterator[VllmServer]:
     (root / "sockets").mkdir()
     (root / "kineto.conf").write_text("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n")
-    env = {"KINETO_USE_DAEMON": "1", "KINETO_IPC_SOCKET_DIR": str(root / "sockets"),
-           "KINETO_CONFIG": str(root / "kineto.conf")}
+    env = {
+        "KINETO_USE_DAEMON": "1",
+        "KINETO_IPC_SOCKET_DIR": str(root / "sockets"),
+        "KINETO_CONFIG": str(root / "kineto.conf"),
+    }
     profiler = {"profiler": "torch", "torch_profiler_dir": str(root / "profiles"), "torch_profiler_with_stack": False}
     with serve(root, profiler=profiler, env=env) as s:
         yield s
 
 
 def trace_files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith((".pt.trace.json.gz", ".json"))) \
-        if folder.exists() else []
+    return (
+        sorted(p.name for p in folder.iterdir() if p.name.endswith((".pt.trace.json.gz", ".json")))
+        if folder.exists()
+        else []
+    )
 
 
 def nonzero(counts: dict[str, int]) -> dict[str, int]:
@@ -99,8 +105,17 @@ def test_vllm_source_names_and_deletes_the_servers_files(server: VllmServer, roo
 def test_vllm_source_spec_gives_windows_and_no_failure(server: VllmServer, root: Path) -> None:
     """`--source vllm:URL,dir=PATH --delete-processed` in the agent's rounds."""
     profiles = root / "profiles"
-    config = Config(source=(f"vllm:{server.url},dir={profiles}",), address="127.0.0.1", port=0, period=1.0,
-                    window=0.3, jitter=0.0, allow_high_duty=True, collect_timeout=30.0, delete_processed=True)
+    config = Config(
+        source=(f"vllm:{server.url},dir={profiles}",),
+        address="127.0.0.1",
+        port=0,
+        period=1.0,
+        window=0.3,
+        jitter=0.0,
+        allow_high_duty=True,
+        collect_timeout=30.0,
+        delete_processed=True,
+    )
     src = build_source(config.source[0], config)
     assert isinstance(src, VllmSource)
     svc = Service(config, sources=[src])
@@ -121,8 +136,19 @@ def test_kineto_daemon_attaches_to_every_vllm_process(server: VllmServer, root: 
     says."""
     traces = root / "daemon-traces"
     src = KinetoDaemonSource(traces, socket_dir=str(root / "sockets"), poll_interval_hint_s=1.0)
-    svc = Service(Config(source=("kineto-daemon",), address="127.0.0.1", port=0, period=1.0, window=0.5,
-                         jitter=0.0, allow_high_duty=True, collect_timeout=30.0), sources=[src])
+    svc = Service(
+        Config(
+            source=("kineto-daemon",),
+            address="127.0.0.1",
+            port=0,
+            period=1.0,
+            window=0.5,
+            jitter=0.0,
+            allow_high_duty=True,
+            collect_timeout=30.0,
+        ),
+        sources=[src],
+    )
     src.start()
     try:
         pids = server.pids()

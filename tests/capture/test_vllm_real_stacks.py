@@ -52,14 +52,25 @@ def traces(folder: Path) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-def test_a_slow_stop_is_answered_before_any_other_start(server: VllmServer, root: Path,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_a_slow_stop_is_answered_before_any_other_start(
+    server: VllmServer, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     profiles = root / "profiles"
     # Whole-window windows (max_steps=0): a step-bounded one ends in the worker after a few steps,
     # and its stop answers at once; the slow stop is what this test is about.
-    src = VllmSource(server.url, profiles, delete_processed=True, poll_interval_s=0.2, retry_pause_s=0.1,
-                     request_timeout_s=3.0, flush_timeout_s=5.0, backoff_s=1.0, settle_quiet_s=1.0,
-                     late_timeout_s=200.0, max_steps=0)
+    src = VllmSource(
+        server.url,
+        profiles,
+        delete_processed=True,
+        poll_interval_s=0.2,
+        retry_pause_s=0.1,
+        request_timeout_s=3.0,
+        flush_timeout_s=5.0,
+        backoff_s=1.0,
+        settle_quiet_s=1.0,
+        late_timeout_s=200.0,
+        max_steps=0,
+    )
     src.start()
     caplog.set_level(logging.WARNING, logger="warpwatch.capture.servers")
     windows: list[CapturedWindow] = []

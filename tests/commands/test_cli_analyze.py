@@ -18,7 +18,10 @@ SAMPLE = ROOT / "agent" / "warpwatch" / "samples" / "a100_alexnet.json.gz"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "warpwatch", "analyze", *args], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "warpwatch", "analyze", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "COLUMNS": "200"},  # a table wide enough for every column
     )
 
@@ -60,11 +63,29 @@ def test_launches_jsonl_has_one_record_per_kernel_event_in_trace_order() -> None
     ts = [r["ts_us"] for r in records]
     assert ts == sorted(ts) or len(ts) == 130  # trace order, as written
     first = records[0]
-    for field in ("name", "label", "launch_api", "device", "ts_us", "dur_us", "grid", "block", "registers_per_thread",
-                  "shared_memory",
-                  "warps_per_sm", "reported_warps_per_sm", "warps_per_block", "max_active_blocks_per_sm",
-                  "limiting_factors", "theoretical_occupancy", "waves_per_sm", "resident_warps_per_sm",
-                  "estimated_occupancy", "artifacts", "weight"):
+    for field in (
+        "name",
+        "label",
+        "launch_api",
+        "device",
+        "ts_us",
+        "dur_us",
+        "grid",
+        "block",
+        "registers_per_thread",
+        "shared_memory",
+        "warps_per_sm",
+        "reported_warps_per_sm",
+        "warps_per_block",
+        "max_active_blocks_per_sm",
+        "limiting_factors",
+        "theoretical_occupancy",
+        "waves_per_sm",
+        "resident_warps_per_sm",
+        "estimated_occupancy",
+        "artifacts",
+        "weight",
+    ):
         assert field in first
     # GP100: 56 SMs, warp size 32: warps_per_sm = B * ceil(T/32) / 56
     b = first["grid"][0] * first["grid"][1] * first["grid"][2]
@@ -92,11 +113,15 @@ def test_analyze_imports_neither_the_agent_nor_the_dashboards() -> None:
     """Only the command asked for is imported: `analyze` starts without aiohttp, prometheus_client,
     apscheduler or grafanalib (which cost `run` and `dashboards` most of a second)."""
     heavy = "('aiohttp', 'prometheus_client', 'apscheduler', 'grafanalib')"
-    code = ("import sys; from warpwatch.commands.cli import build_parser; build_parser(['analyze', 'x.json']); "
-            f"print(sorted(m for m in {heavy} if m in sys.modules))")
+    code = (
+        "import sys; from warpwatch.commands.cli import build_parser; build_parser(['analyze', 'x.json']); "
+        f"print(sorted(m for m in {heavy} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-    code = ("import sys; from warpwatch.commands.cli import build_parser; build_parser(['run']); "
-            "print('aiohttp' in sys.modules)")
+    code = (
+        "import sys; from warpwatch.commands.cli import build_parser; build_parser(['run']); "
+        "print('aiohttp' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"

@@ -16,8 +16,13 @@ from warpwatch.evidence.store import META_SUFFIX, TRACE_SUFFIX
 
 
 def test_pull_selects_the_windows_kept_since_and_passes_over_what_is_no_kept_window() -> None:
-    listed = [{"id": "20251205T080000Z-000002", "time": 200.0}, {"id": "20251205T070000Z-000001", "time": 100.0},
-              {"id": "../../etc/passwd", "time": 300.0}, {"id": "20251205T090000Z-000003"}, "x"]
+    listed = [
+        {"id": "20251205T080000Z-000002", "time": 200.0},
+        {"id": "20251205T070000Z-000001", "time": 100.0},
+        {"id": "../../etc/passwd", "time": 300.0},
+        {"id": "20251205T090000Z-000003"},
+        "x",
+    ]
     assert [m["id"] for m in select(listed, 100.0)] == ["20251205T070000Z-000001", "20251205T080000Z-000002"]
     assert [m["id"] for m in select(listed, 150.0)] == ["20251205T080000Z-000002"]
 
@@ -26,11 +31,25 @@ def test_pull_selects_the_windows_kept_since_and_passes_over_what_is_no_kept_win
 def test_pull_copies_the_kept_traces_and_analyze_reads_them_as_they_are(tmp_path: Path) -> None:
     (tmp_path / "traces").mkdir()
     (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  {USER}: {HASH}\n")
-    original = write(tmp_path / "traces" / "w.pt.trace.json",
-                     trace_doc([span(0, 1000), kernel("gemm", ts=100, dur=100, grid=(132 * 10, 1, 1))]))
-    agent = Agent("--source", f"dir:{tmp_path / 'traces'}", "--evidence-dir", str(tmp_path / "ev"), "--web-config",
-                  str(tmp_path / "web.yml"), "--period", "300ms", "--window", "20ms", "--jitter", "0",
-                  "--allow-high-duty")
+    original = write(
+        tmp_path / "traces" / "w.pt.trace.json",
+        trace_doc([span(0, 1000), kernel("gemm", ts=100, dur=100, grid=(132 * 10, 1, 1))]),
+    )
+    agent = Agent(
+        "--source",
+        f"dir:{tmp_path / 'traces'}",
+        "--evidence-dir",
+        str(tmp_path / "ev"),
+        "--web-config",
+        str(tmp_path / "web.yml"),
+        "--period",
+        "300ms",
+        "--window",
+        "20ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+    )
     try:
         agent.wait_for_line("evidence_kept", 20)
         url = f"http://{USER}:{PASSWORD}@127.0.0.1:{agent.port}"

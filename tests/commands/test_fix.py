@@ -28,7 +28,7 @@ FIXED_ARGS = ("warps per SM", "blocks per SM", "est. achieved occupancy %")
 
 
 def load(path: Path) -> Any:
-    with (gzip.open(path, "rt") if path.read_bytes()[:2] == b"\x1f\x8b" else open(path)) as fh:
+    with gzip.open(path, "rt") if path.read_bytes()[:2] == b"\x1f\x8b" else open(path) as fh:
         return json.load(fh)
 
 
@@ -50,13 +50,22 @@ def small_trace() -> dict[str, Any]:
     return trace_doc(
         [
             span(0, 1000),
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5, "dur": 3,
-             "args": {"External id": 9, "Input Dims": [[2, 2]]}},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 5,
+                "dur": 3,
+                "args": {"External id": 9, "Input Dims": [[2, 2]]},
+            },
             kernel("huge_grid_kernel", grid=(65536, 32768, 1), block=(128, 1, 1)),
             kernel("odd_block", ts=200, grid=(100, 1, 1), block=(48, 1, 1), occupancy=-100),
             {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 999},
         ],
-        distributedInfo={"rank": 0}, traceName="t.json",
+        distributedInfo={"rank": 0},
+        traceName="t.json",
     )
 
 
@@ -103,12 +112,20 @@ def test_the_input_is_never_overwritten(tmp_path: Path) -> None:
 
 def test_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "fixed.json.gz"
-    result = subprocess.run([sys.executable, "-m", "warpwatch", "fix", str(STEP), "-o", str(out)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "fix", str(STEP), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"wrote {out}: 130 kernel events, 130 with corrected values")
-    bad = subprocess.run([sys.executable, "-m", "warpwatch", "fix", str(tmp_path / "missing.json"), "-o", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "fix", str(tmp_path / "missing.json"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -132,8 +149,10 @@ def test_a_real_trace_fixed_is_equal_elsewhere_and_hta_reads_the_corrected_value
         from hta.common.trace_parser import parse_trace_dataframe
         from hta.configs.parser_config import ParserConfig
     except ImportError as exc:  # never a skip: .ci/run installs it
-        pytest.fail(f"HTA is missing ({exc}): pip install --no-deps holistictraceanalysis==0.5.0 && pip install "
-                    "pandas psutil (README, 'Running the tests'; .ci/run does it)")
+        pytest.fail(
+            f"HTA is missing ({exc}): pip install --no-deps holistictraceanalysis==0.5.0 && pip install "
+            "pandas psutil (README, 'Running the tests'; .ci/run does it)"
+        )
     logging.disable(logging.WARNING)  # only once HTA imported: a failed import must not leave logging off
     try:
         cfg = ParserConfig().set_parse_all_args(True)

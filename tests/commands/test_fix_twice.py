@@ -36,9 +36,14 @@ def text_of(path: Path) -> bytes:
 def kernel_args(text: bytes) -> list[dict[str, Any]]:
     doc = json.loads(text)
     events = doc if isinstance(doc, list) else doc.get("traceEvents", [])
-    return [e["args"] for e in events
-            if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in KERNEL_CATEGORIES
-            and isinstance(e.get("args"), dict)]
+    return [
+        e["args"]
+        for e in events
+        if isinstance(e, dict)
+        and e.get("ph") == "X"
+        and e.get("cat") in KERNEL_CATEGORIES
+        and isinstance(e.get("args"), dict)
+    ]
 
 
 def originals(text: bytes) -> list[dict[str, Any]]:
@@ -59,13 +64,15 @@ def fix_thrice(src: Path, tmp: Path, gz_first: bool) -> list[bytes]:
 
 def small_doc() -> dict[str, Any]:
     """Kernels whose profiler values are all wrong, one without any."""
-    return trace_doc([
-        span(0, 1000),
-        kernel("huge_grid_kernel", grid=(65536, 32768, 1), block=(128, 1, 1)),
-        kernel("odd_block", ts=200, grid=(100, 1, 1), block=(48, 1, 1), occupancy=-100),
-        kernel("no_values", ts=300, grid=(7, 1, 1), block=(96, 1, 1), sms=None),
-        kernel("plain", ts=400, grid=(1000, 1, 1), block=(256, 1, 1), occupancy=25),
-    ])
+    return trace_doc(
+        [
+            span(0, 1000),
+            kernel("huge_grid_kernel", grid=(65536, 32768, 1), block=(128, 1, 1)),
+            kernel("odd_block", ts=200, grid=(100, 1, 1), block=(48, 1, 1), occupancy=-100),
+            kernel("no_values", ts=300, grid=(7, 1, 1), block=(96, 1, 1), sms=None),
+            kernel("plain", ts=400, grid=(1000, 1, 1), block=(256, 1, 1), occupancy=25),
+        ]
+    )
 
 
 def test_every_kernel_keeps_the_profiler_values_after_fix_on_fix(tmp_path: Path) -> None:
@@ -85,8 +92,9 @@ def profiler_values_of(src: Path, fixed: bytes) -> list[dict[str, Any]]:
 
 def _shared() -> list[Any]:
     paths = sorted(p for p in SHARED_TRACES.rglob("*") if p.name.endswith((".json", ".json.gz")))
-    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.stat().st_size > SMALL else [])
-            for p in paths] + [pytest.param(DLRM, id="dlrm_kineto.tar.gz (8 ranks)", marks=[pytest.mark.slow])]
+    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.stat().st_size > SMALL else []) for p in paths] + [
+        pytest.param(DLRM, id="dlrm_kineto.tar.gz (8 ranks)", marks=[pytest.mark.slow])
+    ]
 
 
 def _sources(path: Path, tmp: Path) -> list[Path]:
@@ -94,8 +102,11 @@ def _sources(path: Path, tmp: Path) -> list[Path]:
     compressed when the file is not and plain when it is."""
     if path == DLRM:
         with tarfile.open(path) as tf:
-            members = [(Path(m.name).name, tf.extractfile(m).read()) for m in tf.getmembers()  # type: ignore[union-attr]
-                       if m.name.endswith(".json")]
+            members = [
+                (Path(m.name).name, tf.extractfile(m).read())
+                for m in tf.getmembers()  # type: ignore[union-attr]
+                if m.name.endswith(".json")
+            ]
         files = [tmp / name for name, _ in members]
         for file, (_, text) in zip(files, members, strict=True):
             file.write_bytes(text)

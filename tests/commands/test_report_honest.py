@@ -37,14 +37,20 @@ W = 588_000.0
 def gemms(tmp_path: Path) -> Path:
     """The issue's A100 trace: five 117 ms GEMMs back to back on one stream, 1 ms after the span
     starts; 585 ms of kernels in a 588 ms window (99.49 %), idle 1 ms before and 2 ms after."""
-    events = [span(0, W)] + [kernel("gemm", ts=1000 + i * 117_000, dur=117_000, grid=(432, 1, 1), block=(256, 1, 1))
-                             for i in range(5)]
+    events = [span(0, W)] + [
+        kernel("gemm", ts=1000 + i * 117_000, dur=117_000, grid=(432, 1, 1), block=(256, 1, 1)) for i in range(5)
+    ]
     return write(tmp_path / "gemms.json", trace_doc(events))
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "warpwatch", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "120", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "warpwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "120", **(env or {})},
+    )
 
 
 def table(path: Path, width: int) -> list[str]:
@@ -127,8 +133,10 @@ def test_few_launches_in_a_busy_window_is_its_own_reason(tmp_path: Path) -> None
 
 
 def _mi300x(tmp_path: Path, devices: list[dict[str, Any]]) -> Path:
-    events = [span(0, 10_000)] + [kernel(f"k{i}", ts=100 + 500 * i, dur=100, grid=(1000, 1, 1), block=(256, 1, 1),
-                                         device=2, sms=None) for i in range(12)]
+    events = [span(0, 10_000)] + [
+        kernel(f"k{i}", ts=100 + 500 * i, dur=100, grid=(1000, 1, 1), block=(256, 1, 1), device=2, sms=None)
+        for i in range(12)
+    ]
     return write(tmp_path / "mi300x.json", trace_doc(events, devices=devices))
 
 
@@ -177,16 +185,16 @@ def test_fix_compresses_by_the_output_name_and_writes_with_the_umask(tmp_path: P
     assert json.loads(gzip.decompress((tmp_path / "b.json.gz").read_bytes()))["traceEvents"]
     for mask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
         out = tmp_path / f"m{mask:o}.json"
-        code = (f"import os, sys; os.umask({mask}); from warpwatch.commands.cli import main; "
-                "sys.exit(main(sys.argv[1:]))")
-        subprocess.run([sys.executable, "-c", code, "fix", str(plain), "-o", str(out)], check=True,
-                       capture_output=True)
+        code = (
+            f"import os, sys; os.umask({mask}); from warpwatch.commands.cli import main; sys.exit(main(sys.argv[1:]))"
+        )
+        subprocess.run([sys.executable, "-c", code, "fix", str(plain), "-o", str(out)], check=True, capture_output=True)
         assert out.stat().st_mode & 0o777 == mode, (oct(mask), oct(out.stat().st_mode))
 
 
 def _header_and_rows(lines: list[str]) -> tuple[str, list[str]]:
     i = next(k for k, line in enumerate(lines) if line.strip().startswith("─"))
-    return lines[i - 1], lines[i + 1:]
+    return lines[i - 1], lines[i + 1 :]
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -271,9 +279,22 @@ def test_run_with_a_nonsense_source_fails_with_one_line_before_any_start_up_line
 
 def test_without_the_corpus_pytest_says_so_once_instead_of_collection_errors(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpuscan.py",
-         "tests/test_dirsource_fuzz.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "WARPWATCH_SHARED_TRACES": str(tmp_path / "nowhere")})
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_gpuscan.py",
+            "tests/test_dirsource_fuzz.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "WARPWATCH_SHARED_TRACES": str(tmp_path / "nowhere")},
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 4, out
     assert f"the shared traces are missing: {tmp_path / 'nowhere'}" in out and "Running the tests" in out

@@ -71,8 +71,11 @@ def test_rows_stay_distinct_when_names_are_cut() -> None:
         kernel_cells = [row.split("  ")[1] for row in rows(lines)]
         assert len(kernel_cells) == 194  # every kernel, those whose label starts with "(" too
         # A cell cut alike another is followed by the whole label, which tells them apart.
-        whole = {k: lines[k + 1].strip() + lines[k + 2].strip() for k, line in enumerate(lines)
-                 if k + 2 < len(lines) and lines[k + 1].startswith("    kernel: ")}
+        whole = {
+            k: lines[k + 1].strip() + lines[k + 2].strip()
+            for k, line in enumerate(lines)
+            if k + 2 < len(lines) and lines[k + 1].startswith("    kernel: ")
+        }
         keyed = [(line.split("  ")[1], whole.get(k, "")) for k, line in enumerate(lines) if line in rows(lines)]
         assert len(set(keyed)) == 194
         assert len(whole) < 20  # most rows are told apart by their cut label alone
@@ -101,8 +104,13 @@ def test_a_long_kernel_reads_within_its_bounds_beside_what_the_trace_shows(tmp_p
 def test_the_limiter_is_empty_at_full_theoretical_occupancy(tmp_path: Path) -> None:
     """H100, 256-thread blocks, 32 registers, no shared memory: 8 blocks x 8 warps = 64 warps = 100 %;
     1,024-thread blocks with 64 registers: one block (64 K registers) = 32 warps = 50 %, registers."""
-    doc = trace_doc([span(0, 1000), kernel("full", grid=(132, 1, 1), block=(256, 1, 1), regs=32),
-                     kernel("half", ts=300, grid=(132, 1, 1), block=(1024, 1, 1), regs=64)])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("full", grid=(132, 1, 1), block=(256, 1, 1), regs=32),
+            kernel("half", ts=300, grid=(132, 1, 1), block=(1024, 1, 1), regs=64),
+        ]
+    )
     lines = table(write(tmp_path / "t.json", doc), 200)
     (full,) = [line for line in lines if line.startswith("  full ")]
     (half,) = [line for line in lines if line.startswith("  half ")]
@@ -123,8 +131,13 @@ def test_amd_devices_speak_of_cus_and_wavefronts() -> None:
 
 
 def run_analyze(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "warpwatch", "analyze", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "warpwatch", "analyze", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_piped_output_follows_columns() -> None:
@@ -141,9 +154,11 @@ def test_gpu_properties_that_match_no_device_are_named(tmp_path: Path) -> None:
     props.write_text('{"0": ' + json_of(H100) + "}")
     result = run_analyze(str(path), "--gpu-properties", str(props), env={"COLUMNS": "200"})
     assert result.returncode == 0
-    assert (f"warning: --gpu-properties {props}: its device ids (0) match no device of {path}, whose kernels ran "
-            "on device 3; as the trace then describes one device model, its properties apply to 3 (the output says "
-            "so). Give each entry the `id` of the device it describes.") in result.stderr.replace("\n", " ")
+    assert (
+        f"warning: --gpu-properties {props}: its device ids (0) match no device of {path}, whose kernels ran "
+        "on device 3; as the trace then describes one device model, its properties apply to 3 (the output says "
+        "so). Give each entry the `id` of the device it describes."
+    ) in result.stderr.replace("\n", " ")
     assert "properties of device 0 applied" in result.stdout
     props.write_text('{"3": ' + json_of(H100) + "}")
     result = run_analyze(str(path), "--gpu-properties", str(props), env={"COLUMNS": "200"})

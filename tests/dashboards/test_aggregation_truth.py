@@ -42,18 +42,25 @@ from warpwatch.dashboards.settings import DASHBOARD_VARIABLE_DEFAULTS
 
 W = 50_000.0
 SCENARIO = Scenario(
-    "two streams, 5 µs to 30 ms (0.6 W), idle stretches", W, 20e6,
+    "two streams, 5 µs to 30 ms (0.6 W), idle stretches",
+    W,
+    20e6,
     (
-        StreamSpec(7, (
-            KernelType("tiny", 2, (5, 5), 0.45),
-            KernelType("gemm", 132, (150, 250), 0.3),
-            KernelType("attn", 66, (500, 1500), 0.15),  # one name, two configurations:
-            KernelType("attn", 264, (2000, 4000), 0.09),  # a duration-weighted mean of 2 and 8 warps/SM
-            KernelType("long", 132, (30_000, 30_000), 0.01),  # W/2 < d < W
-        ), (2, 20)),
+        StreamSpec(
+            7,
+            (
+                KernelType("tiny", 2, (5, 5), 0.45),
+                KernelType("gemm", 132, (150, 250), 0.3),
+                KernelType("attn", 66, (500, 1500), 0.15),  # one name, two configurations:
+                KernelType("attn", 264, (2000, 4000), 0.09),  # a duration-weighted mean of 2 and 8 warps/SM
+                KernelType("long", 132, (30_000, 30_000), 0.01),  # W/2 < d < W
+            ),
+            (2, 20),
+        ),
         StreamSpec(20, (KernelType("nccl", 16, (2000, 8000), 1.0),), (0, 2000), every=10_000),
     ),
-    burst_us=300_000, idle_us=150_000,
+    burst_us=300_000,
+    idle_us=150_000,
 )
 SEED = 0
 N_WINDOWS = 240
@@ -118,24 +125,43 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     )
     log = (tmp / "prometheus.log").open("w")
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        [
+            PROMETHEUS,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     agent = None
     try:
         # Prometheus scrapes the (not yet listening) target: `up` exists, at 0, before the agent starts
         wait_until(url, 'up{job="warpwatch"}', 60, proc, tmp)
         t_start = time.time()
-        agent = Agent("--source", f"replay:{folder}", "--port", str(agent_port), "--period", "150ms",
-                      "--window", "10ms", "--jitter", "0", "--allow-high-duty", "--top-kernels", "10")
+        agent = Agent(
+            "--source",
+            f"replay:{folder}",
+            "--port",
+            str(agent_port),
+            "--period",
+            "150ms",
+            "--window",
+            "10ms",
+            "--jitter",
+            "0",
+            "--allow-high-duty",
+            "--top-kernels",
+            "10",
+        )
         first = wait_until(url, 'timestamp(warpwatch_windows_total{outcome="ok"} >= 2)', 60, proc, tmp)
         t_first = float(first[0]["value"][1])
         last = wait_until(url, f'timestamp(warpwatch_windows_total{{outcome="failed"}} > {PAUSE})', 240, proc, tmp)
         t_eval = float(last[0]["value"][1])
         time.sleep(2.5)  # the recording rules evaluate t_eval's samples
         empty = sum(1 for _, kept in cut if not kept) / len(cut)
-        yield Run(url, known, t_eval, f"{int(t_eval - t_start) + 5}s",
-                  f"{int((t_eval - t_first) * 1000)}ms", empty)
+        yield Run(url, known, t_eval, f"{int(t_eval - t_start) + 5}s", f"{int((t_eval - t_first) * 1000)}ms", empty)
     finally:
         proc.terminate()
         proc.wait(15)
@@ -197,9 +223,11 @@ def test_prometheus_saw_every_counter_at_zero_before_the_first_analysed_window(r
 @pytest.mark.slow
 def test_time_shares_match_the_truth_in_every_query_that_shows_them(run: Run) -> None:
     share = run.truth.share
-    for where in ("dashboard:warpwatch-overview/Top kernels by time share/A",
-                  "dashboard:warpwatch-kernels/Kernels over the selected range/G",
-                  "dashboard:warpwatch-kernels/Time share/A"):
+    for where in (
+        "dashboard:warpwatch-overview/Top kernels by time share/A",
+        "dashboard:warpwatch-kernels/Kernels over the selected range/G",
+        "dashboard:warpwatch-kernels/Time share/A",
+    ):
         got = dash(run, where, "kernel")
         assert got.pop("other", 0.0) == 0.0, where  # every kernel has its own label (top-K 10)
         assert got.keys() == share.keys(), where
@@ -217,16 +245,19 @@ def test_time_shares_match_the_truth_in_every_query_that_shows_them(run: Run) ->
 @pytest.mark.slow
 def test_kernel_means_match_the_duration_weighted_truth(run: Run) -> None:
     mean = run.truth.mean_warps
-    for where, scale in (("dashboard:warpwatch-kernels/Kernels over the selected range/A", 1.0),
-                         ("dashboard:warpwatch-kernels/Kernels over the selected range/C", 1.0),
-                         ("dashboard:warpwatch-kernels/Warps per SM (corrected)/A", 1.0),
-                         ("dashboard:warpwatch-kernels/Kernels over the selected range/E", 1 / M)):
+    for where, scale in (
+        ("dashboard:warpwatch-kernels/Kernels over the selected range/A", 1.0),
+        ("dashboard:warpwatch-kernels/Kernels over the selected range/C", 1.0),
+        ("dashboard:warpwatch-kernels/Warps per SM (corrected)/A", 1.0),
+        ("dashboard:warpwatch-kernels/Kernels over the selected range/E", 1 / M),
+    ):
         got = {k: v for k, v in dash(run, where, "kernel").items() if v == v}  # `other`: 0/0 = NaN
         assert got.keys() == mean.keys(), where
         for name, value in got.items():
             assert value == pytest.approx(mean[name] * scale, rel=TOL_MEAN), (where, name)
     assert mean["attn"] == pytest.approx(
-        sum(d * x for d, x in ((1000 * 0.15, 2.0), (3000 * 0.09, 8.0))) / (1000 * 0.15 + 3000 * 0.09), rel=0.05)
+        sum(d * x for d, x in ((1000 * 0.15, 2.0), (3000 * 0.09, 8.0))) / (1000 * 0.15 + 3000 * 0.09), rel=0.05
+    )
 
 
 @pytest.mark.slow
@@ -240,7 +271,8 @@ def test_busy_resident_warps_and_occupancy_match_the_truth(run: Run) -> None:
     assert occupancy == pytest.approx(t.occupancy, rel=TOL_RESIDENT)
     assert by(at(run, "fleet:warpwatch_gpu_busy:ratio_rate5m"))[""] == pytest.approx(t.busy, abs=TOL_BUSY)
     assert by(at(run, "fleet:warpwatch_gpu_estimated_occupancy:ratio_rate5m"))[""] == pytest.approx(
-        t.occupancy, rel=TOL_RESIDENT)
+        t.occupancy, rel=TOL_RESIDENT
+    )
     # empty windows count in every denominator, and their share is shown
     empty = dash(run, "dashboard:warpwatch-overview/Coverage: is the window long enough?/A")[""]
     assert empty == pytest.approx(run.empty_share, abs=0.02)
@@ -251,7 +283,8 @@ def test_busy_resident_warps_and_occupancy_match_the_truth(run: Run) -> None:
 def test_the_window_too_short_alert_sees_the_kernel_of_0_6_w(run: Run) -> None:
     fired = at(run, plain(run, QUERIES["alert:WarpwatchWindowTooShort"]))
     assert [(r["metric"]["evidence"], float(r["value"][1])) for r in fired] == [
-        ("long_kernels", pytest.approx(30_000 / W))]
+        ("long_kernels", pytest.approx(30_000 / W))
+    ]
 
 
 @pytest.mark.slow

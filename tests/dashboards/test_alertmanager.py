@@ -43,15 +43,24 @@ KERNELS = 50
 STEP = 60.0
 MINUTES = 120
 DROP_AT = 100
-SETTINGS = Settings(rule_interval="5s", degraded_window="10m", degraded_baseline_window="1h",
-                    degraded_baseline_offset="20m", degraded_min_samples=30, degraded_for="0s",
-                    degraded_min_time_share=0.01, inhibit_margin="1m")
+SETTINGS = Settings(
+    rule_interval="5s",
+    degraded_window="10m",
+    degraded_baseline_window="1h",
+    degraded_baseline_offset="20m",
+    degraded_min_samples=30,
+    degraded_for="0s",
+    degraded_min_time_share=0.01,
+    inhibit_margin="1m",
+)
 """The kernel alert waits `inhibit_margin` longer than the GPU alert (as generated: 5m)."""
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(ALERTMANAGER).exists() or not Path(PROMETHEUS).exists(),
-                       reason="needs Debian's prometheus and prometheus-alertmanager"),
+    pytest.mark.skipif(
+        not Path(ALERTMANAGER).exists() or not Path(PROMETHEUS).exists(),
+        reason="needs Debian's prometheus and prometheus-alertmanager",
+    ),
 ]
 
 
@@ -68,8 +77,14 @@ def raw_series(end: float) -> str:
         fams.setdefault(metric.name, ("counter", []))[1].append((md.exposed_name(metric), labels, points))
 
     for deployment, faulty in (("llm", True), ("steady", False)):
-        gpu = {"namespace": "ml", "deployment": deployment, "pod": f"{deployment}-0", "gpu": "0",
-               "job": "warpwatch", "instance": f"{deployment}-0:9946"}
+        gpu = {
+            "namespace": "ml",
+            "deployment": deployment,
+            "pod": f"{deployment}-0",
+            "gpu": "0",
+            "job": "warpwatch",
+            "instance": f"{deployment}-0:9946",
+        }
         per_kernel = 0.015 * STEP
         counter(md.GPU_OBSERVED_SECONDS, gpu, [STEP] * MINUTES)
         counter(md.GPU_BUSY_SECONDS, gpu, [KERNELS * per_kernel] * MINUTES)
@@ -119,17 +134,26 @@ def test_one_faulty_gpu_with_50_degraded_kernels_is_one_notification(tmp_path: P
     (tmp_path / "am.yml").write_text(yaml.safe_dump(am_config))
     am_port, cluster_port = free_port(), free_port()
     am_log = (tmp_path / "am.log").open("w")
-    am = subprocess.Popen([ALERTMANAGER, f"--config.file={tmp_path / 'am.yml'}",
-                           f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                           f"--cluster.listen-address=127.0.0.1:{cluster_port}"],
-                          stdout=am_log, stderr=subprocess.STDOUT)
+    am = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={tmp_path / 'am.yml'}",
+            f"--storage.path={tmp_path / 'am'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            f"--cluster.listen-address=127.0.0.1:{cluster_port}",
+        ],
+        stdout=am_log,
+        stderr=subprocess.STDOUT,
+    )
     alerting = f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n"
     try:
         with prometheus(data, alerting, [rule_file]):
             deadline = time.monotonic() + 240
             held: list[dict[str, Any]] = []
-            while time.monotonic() < deadline and sum(
-                    a["labels"]["alertname"] == "WarpwatchKernelOccupancyDegraded" for a in held) < KERNELS:
+            while (
+                time.monotonic() < deadline
+                and sum(a["labels"]["alertname"] == "WarpwatchKernelOccupancyDegraded" for a in held) < KERNELS
+            ):
                 time.sleep(2)
                 with urllib.request.urlopen(f"http://127.0.0.1:{am_port}/api/v2/alerts", timeout=10) as resp:
                     held = json.loads(resp.read())
@@ -144,8 +168,7 @@ def test_one_faulty_gpu_with_50_degraded_kernels_is_one_notification(tmp_path: P
     summary = [(n["status"], n["groupLabels"], len(n["alerts"])) for n in Receiver.notifications]
     assert len(Receiver.notifications) == 1, summary
     (note,) = Receiver.notifications
-    assert note["groupLabels"] == {"alertname": "WarpwatchGpuOccupancyDegraded", "namespace": "ml",
-                                   "deployment": "llm"}
+    assert note["groupLabels"] == {"alertname": "WarpwatchGpuOccupancyDegraded", "namespace": "ml", "deployment": "llm"}
     (alert,) = note["alerts"]
     assert alert["labels"]["pod"] == "llm-0" and alert["labels"]["gpu"] == "0"
     kernels = [a for a in held if a["labels"]["alertname"] == "WarpwatchKernelOccupancyDegraded"]

@@ -56,17 +56,35 @@ def series_names(m: md.MetricDef) -> set[str]:
     return {md.exposed_name(m)}
 
 
-ALLOWED_SERIES = (set().union(*(series_names(m) for m in (*md.ALL, *md.AGENT)))
-                  | {r.record for r in recording_rules(DEFAULT_SETTINGS)})
+ALLOWED_SERIES = set().union(*(series_names(m) for m in (*md.ALL, *md.AGENT))) | {
+    r.record for r in recording_rules(DEFAULT_SETTINGS)
+}
 LAST_WINDOW_GAUGES = {
-    md.exposed_name(m) for m in md.ALL
-    if m.type == "gauge" and m.labels and m.labels[0] == "gpu" and not m.name.startswith("warpwatch_nvml_")
+    md.exposed_name(m)
+    for m in md.ALL
+    if m.type == "gauge"
+    and m.labels
+    and m.labels[0] == "gpu"
+    and not m.name.startswith("warpwatch_nvml_")
     and m not in (md.GPU_INFO, md.KERNEL_INFO)
 }
 """Per-window estimates: read only as "now" (or as a min / max over time, which a missing window
 cannot bias upwards / downwards... see test_gauges_are_read_only_as_now_or_as_extremes)."""
-_NOT_METRICS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-                "offset", "bool", "inf", "nan"}
+_NOT_METRICS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "bool",
+    "inf",
+    "nan",
+}
 
 
 def metric_names(expr: str) -> set[str]:
@@ -82,15 +100,17 @@ def metric_names(expr: str) -> set[str]:
         before = e[m.start() - 1] if m.start() else " "
         if before.isdigit() or before == ".":
             continue  # exponent of a number such as 1e3
-        if e[m.end():].lstrip().startswith("(") or m.group(0).lower() in _NOT_METRICS:
+        if e[m.end() :].lstrip().startswith("(") or m.group(0).lower() in _NOT_METRICS:
             continue
         names.add(m.group(0))
     return names
 
 
 def test_metric_names_finds_selected_series_only() -> None:
-    expr = ('sum by (gpu, le) (rate(a_bucket{x=~"y|z"}[5m] offset 1h)) / on (gpu) group_left (name) '
-            "b_total > bool 1e3 and time() - c")
+    expr = (
+        'sum by (gpu, le) (rate(a_bucket{x=~"y|z"}[5m] offset 1h)) / on (gpu) group_left (name) '
+        "b_total > bool 1e3 and time() - c"
+    )
     assert metric_names(expr) == {"a_bucket", "b_total", "c"}
 
 
@@ -151,7 +171,7 @@ def test_cli_settings_override_and_errors(tmp_path: Path) -> None:
 
 def test_five_dashboards_with_stable_uids_and_titles() -> None:
     assert {uid: b["title"] for uid, b in boards().items()} == {
-            "warpwatch-fleet": "warpwatch / Fleet",
+        "warpwatch-fleet": "warpwatch / Fleet",
         "warpwatch-overview": "warpwatch / Overview",
         "warpwatch-kernels": "warpwatch / Kernels",
         "warpwatch-artifacts": "warpwatch / Profiler artefacts",
@@ -275,14 +295,20 @@ def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
 def test_overview_panels() -> None:
     overview = {p["title"]: p for p in boards()["warpwatch-overview"]["panels"]}
     assert set(overview) == {
-        "Estimated occupancy per GPU", "Estimated vs NVML GPM SM occupancy", "Resident warps per SM per GPU",
-        "Busy ratio vs NVML utilisation", "Top kernels by time share", "Coverage: is the window long enough?",
+        "Estimated occupancy per GPU",
+        "Estimated vs NVML GPM SM occupancy",
+        "Resident warps per SM per GPU",
+        "Busy ratio vs NVML utilisation",
+        "Top kernels by time share",
+        "Coverage: is the window long enough?",
         "GPUs: Now (last window)",
     }
     side_by_side = [metric_names(t["expr"]) for t in overview["Estimated vs NVML GPM SM occupancy"]["targets"]]
     assert side_by_side == [
-        {rate_record(DEFAULT_SETTINGS, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, "pod_gpu"),
-         rate_record(DEFAULT_SETTINGS, md.GPU_OBSERVED_SECONDS, "pod_gpu")},
+        {
+            rate_record(DEFAULT_SETTINGS, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, "pod_gpu"),
+            rate_record(DEFAULT_SETTINGS, md.GPU_OBSERVED_SECONDS, "pod_gpu"),
+        },
         {md.exposed_name(md.NVML_SM_OCCUPANCY)},
     ]
     top = overview["Top kernels by time share"]
@@ -290,15 +316,18 @@ def test_overview_panels() -> None:
     assert top["targets"][0]["expr"].startswith("topk(10,\n")
     assert metric_names(top["targets"][0]["expr"]) == {
         rate_record(DEFAULT_SETTINGS, md.KERNEL_SECONDS, "pod_kernel"),
-        rate_record(DEFAULT_SETTINGS, md.GPU_OBSERVED_SECONDS, "pod_gpu")}
+        rate_record(DEFAULT_SETTINGS, md.GPU_OBSERVED_SECONDS, "pod_gpu"),
+    }
 
 
 def test_gauges_are_read_only_as_now_or_as_extremes() -> None:
     """Trends divide rates of sums. A per-window gauge averaged over time skips the windows that
     missed a kernel; it appears only in "now" tables, or as a min (reported warps) or max (longest
     kernel) over time, which no skipped window changes."""
-    extremes = {md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN): "min_over_time",
-                md.exposed_name(md.GPU_LONGEST_KERNEL_RATIO): "max_over_time"}
+    extremes = {
+        md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN): "min_over_time",
+        md.exposed_name(md.GPU_LONGEST_KERNEL_RATIO): "max_over_time",
+    }
     for uid, p in panels():
         for t in p.get("targets", []):
             for name in metric_names(t["expr"]) & LAST_WINDOW_GAUGES:
@@ -315,8 +344,14 @@ def test_kernels_table_has_every_column() -> None:
     table = next(p for p in boards()["warpwatch-kernels"]["panels"] if p["type"] == "table")
     organize = next(t for t in table["transformations"] if t["id"] == "organize")
     assert list(organize["options"]["renameByName"].values()) == [
-        "Corrected warps/SM", "Reported warps/SM (min)", "Resident warps/SM", "Theoretical occupancy",
-        "Estimated occupancy", "Waves per SM", "Time share", "Launches/s",
+        "Corrected warps/SM",
+        "Reported warps/SM (min)",
+        "Resident warps/SM",
+        "Theoretical occupancy",
+        "Estimated occupancy",
+        "Waves per SM",
+        "Time share",
+        "Launches/s",
     ]
     units = {o["matcher"]["options"]: o["properties"][0]["value"] for o in table["fieldConfig"]["overrides"]}
     assert units["Time share"] == "percentunit" and units["Launches/s"] == "cps"
@@ -340,8 +375,10 @@ def test_artifacts_dashboard_explains_every_kind_and_shows_reported_beside_corre
     for kind in ARTIFACT_KINDS:
         assert f"`{kind}`" in text
     side_by_side = [metric_names(t["expr"]) for t in by_title["Reported vs corrected warps per SM"]["targets"]]
-    assert side_by_side == [{md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN)},
-                            {md.exposed_name(md.KERNEL_WARPS_PER_SM_SECONDS), md.exposed_name(md.KERNEL_SECONDS)}]
+    assert side_by_side == [
+        {md.exposed_name(md.KERNEL_REPORTED_WARPS_MIN)},
+        {md.exposed_name(md.KERNEL_WARPS_PER_SM_SECONDS), md.exposed_name(md.KERNEL_SECONDS)},
+    ]
     by_kind = by_title["Artefacts by kind"]["targets"][0]["expr"]
     assert by_kind.startswith(f"sum by (artifact) (rate({md.exposed_name(md.PROFILER_ARTIFACTS)}{{")
 
@@ -349,20 +386,38 @@ def test_artifacts_dashboard_explains_every_kind_and_shows_reported_beside_corre
 def test_agent_health_panels() -> None:
     titles = [p["title"] for p in boards()["warpwatch-agent-health"]["panels"]]
     assert titles == [
-        "Last window age", "Failing windows", "NVML up", "Windows by outcome", "Faults by stage and reason",
-        "Window processing time", "Capture duty cycle", "Capture window and period", "Kernels folded into other",
-        "Overhead budget used", "Cost to the server", "Capture stop stall", "Served slowdown",
+        "Last window age",
+        "Failing windows",
+        "NVML up",
+        "Windows by outcome",
+        "Faults by stage and reason",
+        "Window processing time",
+        "Capture duty cycle",
+        "Capture window and period",
+        "Kernels folded into other",
+        "Overhead budget used",
+        "Cost to the server",
+        "Capture stop stall",
+        "Served slowdown",
     ]
     quantiles = next(p for p in boards()["warpwatch-agent-health"]["panels"] if p["title"] == "Window processing time")
     assert [t["expr"].split(",")[0] for t in quantiles["targets"]] == [
-        "histogram_quantile(0.5", "histogram_quantile(0.9", "histogram_quantile(0.99",
+        "histogram_quantile(0.5",
+        "histogram_quantile(0.9",
+        "histogram_quantile(0.99",
     ]
     by_title = {p["title"]: p for p in boards()["warpwatch-agent-health"]["panels"]}
     stops = [t["expr"] for t in by_title["Capture stop stall"]["targets"]]
-    assert stops and all(e.startswith("histogram_quantile(0.") and "by (namespace, pod, source, le)" in e
-                         and "warpwatch_capture_stop_seconds_bucket{" in e for e in stops)
+    assert stops and all(
+        e.startswith("histogram_quantile(0.")
+        and "by (namespace, pod, source, le)" in e
+        and "warpwatch_capture_stop_seconds_bucket{" in e
+        for e in stops
+    )
     assert [metric_names(t["expr"]) for t in by_title["Cost to the server"]["targets"]] == [
-        {md.exposed_name(md.OVERHEAD)}, {md.exposed_name(md.OVERHEAD_BUDGET)}]
+        {md.exposed_name(md.OVERHEAD)},
+        {md.exposed_name(md.OVERHEAD_BUDGET)},
+    ]
     assert metric_names(by_title["Served slowdown"]["targets"][0]["expr"]) == {md.exposed_name(md.SERVED_SLOWDOWN)}
     used = by_title["Overhead budget used"]
     assert metric_names(used["targets"][0]["expr"]) == {"pod:warpwatch_overhead_budget_used:ratio"}
@@ -373,13 +428,24 @@ def test_agent_health_panels() -> None:
 def test_provisioning_files() -> None:
     ds = yaml.safe_load((COMMITTED / "provisioning/datasources/warpwatch.yaml").read_text())
     assert ds["apiVersion"] == 1
-    assert ds["datasources"] == [{
-        "name": DEFAULT_SETTINGS.datasource_name, "uid": DEFAULT_SETTINGS.datasource_uid, "type": "prometheus",
-        "access": "proxy", "url": "http://prometheus:9090", "isDefault": False, "editable": False,
-        # the Prometheus version: Grafana asks the label-values API for a variable's values
-        "jsonData": {"httpMethod": "POST", "timeInterval": "30s", "prometheusType": "Prometheus",
-                     "prometheusVersion": DEFAULT_SETTINGS.prometheus_version},
-    }]
+    assert ds["datasources"] == [
+        {
+            "name": DEFAULT_SETTINGS.datasource_name,
+            "uid": DEFAULT_SETTINGS.datasource_uid,
+            "type": "prometheus",
+            "access": "proxy",
+            "url": "http://prometheus:9090",
+            "isDefault": False,
+            "editable": False,
+            # the Prometheus version: Grafana asks the label-values API for a variable's values
+            "jsonData": {
+                "httpMethod": "POST",
+                "timeInterval": "30s",
+                "prometheusType": "Prometheus",
+                "prometheusVersion": DEFAULT_SETTINGS.prometheus_version,
+            },
+        }
+    ]
     provider = yaml.safe_load((COMMITTED / "provisioning/dashboards/warpwatch.yaml").read_text())
     (only,) = provider["providers"]
     assert only["type"] == "file" and only["options"]["path"] == "/var/lib/grafana/dashboards/warpwatch"

@@ -35,6 +35,8 @@ def test_the_kernels_boards_occupancy_panel_links_to_the_pods_traces_in_the_boar
     (board,) = [b for b in all_dashboards(DEFAULT_SETTINGS).values() if b.get("uid") == "warpwatch-kernels"]
     panels = {p["title"]: p for p in json.loads(json.dumps(board))["panels"]}
     (link,) = panels["Estimated vs theoretical occupancy"]["fieldConfig"]["defaults"]["links"]
-    assert link["url"] == ("http://localhost:8001/api/v1/namespaces/${__field.labels.namespace}/pods/"
-                           "${__field.labels.pod}:9946/proxy/evidence"
-                           "?since=${__from:date:seconds}&until=${__to:date:seconds}")
+    assert link["url"] == (
+        "http://localhost:8001/api/v1/namespaces/${__field.labels.namespace}/pods/"
+        "${__field.labels.pod}:9946/proxy/evidence"
+        "?since=${__from:date:seconds}&until=${__to:date:seconds}"
+    )

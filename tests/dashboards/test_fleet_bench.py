@@ -19,8 +19,7 @@ from support.prometheus import PROMETHEUS
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from fleet import run
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="needs Debian's prometheus")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="needs Debian's prometheus")]
 
 
 def samples(rows: list[dict[str, object]]) -> dict[str, int]:

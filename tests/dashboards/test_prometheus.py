@@ -22,13 +22,16 @@ from warpwatch.names.labels import KernelNamer
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Agent]]:
     if not Path(PROMETHEUS).exists():
         pytest.skip("prometheus is not installed (apt-get install prometheus); CI installs it")
-    agent = Agent("--source", f"replay:{ALEXNET}", "--period", "1s", "--window", "50ms", "--jitter", "0",
-                  "--allow-high-duty")
+    agent = Agent(
+        "--source", f"replay:{ALEXNET}", "--period", "1s", "--window", "50ms", "--jitter", "0", "--allow-high-duty"
+    )
     tmp = tmp_path_factory.mktemp("prometheus")
-    scrape = ("  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-              "scrape_configs:\n"
-              "  - job_name: warpwatch\n"
-              f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n")
+    scrape = (
+        "  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "scrape_configs:\n"
+        "  - job_name: warpwatch\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n"
+    )
     try:
         with running_prometheus(tmp / "data", scrape) as (url, _):
             yield url, agent

@@ -146,8 +146,7 @@ def client(url: str, token: str = TOKEN) -> GrafanaClient:
 
 def push_all(grafana: FakeGrafana, with_rules: bool = True) -> list[str]:
     api_rules = rules.grafana_api_rules(DEFAULT_SETTINGS) if with_rules else None
-    return push(client(grafana.url), all_dashboards(DEFAULT_SETTINGS), FOLDER, DEFAULT_SETTINGS.folder_title,
-                api_rules)
+    return push(client(grafana.url), all_dashboards(DEFAULT_SETTINGS), FOLDER, DEFAULT_SETTINGS.folder_title, api_rules)
 
 
 @pytest.mark.slow
@@ -163,16 +162,23 @@ def test_first_push_creates_folder_dashboards_and_rules(grafana: FakeGrafana) ->
     assert [(r.method, r.path) for r in grafana.log] == [
         ("GET", f"/api/folders/{FOLDER}"),
         ("POST", "/api/folders"),
-        *(step for uid in board_uids
-          for step in (("GET", f"/api/dashboards/uid/{uid}"), ("POST", "/api/dashboards/db"))),
+        *(
+            step
+            for uid in board_uids
+            for step in (("GET", f"/api/dashboards/uid/{uid}"), ("POST", "/api/dashboards/db"))
+        ),
         *(step for uid in rule_uids for step in (("PUT", f"{RULE_PATH}/{uid}"), ("POST", RULE_PATH))),
     ]
     assert all(r.auth == f"Bearer {TOKEN}" for r in grafana.log)
     assert grafana.log[1].body == {"uid": FOLDER, "title": DEFAULT_SETTINGS.folder_title}
     saves = [r.body for r in grafana.log if r.path == "/api/dashboards/db"]
     for body, (name, board) in zip(saves, all_dashboards(DEFAULT_SETTINGS).items(), strict=True):
-        assert body == {"dashboard": {**board, "id": None}, "folderUid": FOLDER, "overwrite": True,
-                        "message": "warpwatch dashboards push"}, name
+        assert body == {
+            "dashboard": {**board, "id": None},
+            "folderUid": FOLDER,
+            "overwrite": True,
+            "message": "warpwatch dashboards push",
+        }, name
     posted = [r.body for r in grafana.log if (r.method, r.path) == ("POST", RULE_PATH)]
     assert posted == rules.grafana_api_rules(DEFAULT_SETTINGS)
     for body in posted:

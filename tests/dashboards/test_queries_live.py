@@ -36,23 +36,35 @@ def artifact_traces(folder: Path) -> None:
     """One trace per artefact rule of kineto-facts.md, built with Kineto's own arithmetic."""
     sm_minus_one = kernel("pt18_kernel", ts=20, dur=5, grid=(50, 1, 1), block=(256, 1, 1), sms=None)
     sm_minus_one["args"]["warps per SM"] = -(50 * 256 / 32)
-    write(folder / "a_artifacts.json", trace_doc([
-        span(0, 1000),
-        kernel("huge_grid", ts=10, dur=5, grid=(65536, 32768, 1), block=(128, 1, 1)),
-        sm_minus_one,
-        kernel("sentinel", ts=30, dur=5, grid=(264, 1, 1), block=(256, 1, 1), occupancy=-100),
-        kernel("big_smem", ts=40, dur=5, grid=(132, 1, 1), block=(128, 1, 1), regs=128, smem=99 * 1024),
-        kernel("odd_block", ts=50, dur=5, grid=(132, 1, 1), block=(48, 1, 1)),
-        kernel("graph_replay", ts=60, dur=5, grid=None, block=None),
-    ]))
+    write(
+        folder / "a_artifacts.json",
+        trace_doc(
+            [
+                span(0, 1000),
+                kernel("huge_grid", ts=10, dur=5, grid=(65536, 32768, 1), block=(128, 1, 1)),
+                sm_minus_one,
+                kernel("sentinel", ts=30, dur=5, grid=(264, 1, 1), block=(256, 1, 1), occupancy=-100),
+                kernel("big_smem", ts=40, dur=5, grid=(132, 1, 1), block=(128, 1, 1), regs=128, smem=99 * 1024),
+                kernel("odd_block", ts=50, dur=5, grid=(132, 1, 1), block=(48, 1, 1)),
+                kernel("graph_replay", ts=60, dur=5, grid=None, block=None),
+            ]
+        ),
+    )
     inf = kernel("no_props", ts=10, dur=5, grid=(10, 1, 1), block=(128, 1, 1), sms=None)
     inf["args"].update({"blocks per SM": "inf", "warps per SM": "inf", "est. achieved occupancy %": 0})
     write(folder / "b_inf.json", trace_doc([span(0, 1000), inf], devices=[]))
     # AMD, no runtime event naming the HIP call, grid a multiple of the block: grid_units_unknown.
     amd = {**H100, "id": 1, "name": "AMD Instinct MI300X", "warpSize": 64, "numSms": 304}
-    write(folder / "b_amd.json", trace_doc([span(0, 1000), kernel("Cijk_gemm", ts=10, dur=5, grid=(4096, 1, 1),
-                                                                   block=(256, 1, 1), device=1, sms=None)],
-                                           devices=[amd]))
+    write(
+        folder / "b_amd.json",
+        trace_doc(
+            [
+                span(0, 1000),
+                kernel("Cijk_gemm", ts=10, dur=5, grid=(4096, 1, 1), block=(256, 1, 1), device=1, sms=None),
+            ],
+            devices=[amd],
+        ),
+    )
     (folder / "c_broken.json").write_bytes(b'{"traceEvents": [')  # a failed window, so faults exist
 
 
@@ -64,15 +76,28 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     artifact_traces(folder)
     (folder / "d_alexnet.json.gz").write_bytes(ALEXNET.read_bytes())
     assert H100["numSms"] == 132
-    agent = Agent("--source", f"replay:{folder}", "--period", "0.5s", "--window", "10ms", "--jitter", "0",
-                  "--allow-high-duty", "--top-kernels", "3")
+    agent = Agent(
+        "--source",
+        f"replay:{folder}",
+        "--period",
+        "0.5s",
+        "--window",
+        "10ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--top-kernels",
+        "3",
+    )
     tmp = tmp_path_factory.mktemp("prometheus")
     # The generated alert and recording rules, evaluated every second (the recording expressions
     # read the series the recording rules write).
     (tmp / "rules.yaml").write_text(rules.dump_yaml(rules.rules_file(Settings(rule_interval="1s"))))
-    scrape = ("  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-              "scrape_configs:\n  - job_name: warpwatch\n"
-              f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n")
+    scrape = (
+        "  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "scrape_configs:\n  - job_name: warpwatch\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n"
+    )
     try:
         with running_prometheus(tmp / "data", scrape, [tmp / "rules.yaml"], evaluation_interval="1s") as (url, _):
             assert wait_query(url, 'up{job="warpwatch"} == 1', timeout=30), "the agent was never scraped"

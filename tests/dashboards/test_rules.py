@@ -96,7 +96,8 @@ def test_unit_tests_fire_and_hold_every_alert() -> None:
         for exp in c["exp_alerts"]:
             about_a_pod = c["alertname"] in naming_a_pod
             assert set(exp["exp_annotations"]) == {"summary", "description", "runbook_url"} | (
-                {"evidence_url"} if about_a_pod else set())
+                {"evidence_url"} if about_a_pod else set()
+            )
             assert exp["exp_labels"]["severity"]
 
 
@@ -106,13 +107,22 @@ def test_artifact_alert_covers_the_wrong_number_kinds_and_names_them() -> None:
     kinds = re.search(r'artifact=~"([^"]+)"', rule["expr"])
     assert kinds is not None and kinds.group(1).split("|") == list(ALERTED_ARTIFACTS)
     assert set(ALERTED_ARTIFACTS) == {
-        "negative_warps_per_sm", "non_finite", "occupancy_sentinel", "grid_overflow", "sm_count_invalid",
+        "negative_warps_per_sm",
+        "non_finite",
+        "occupancy_sentinel",
+        "grid_overflow",
+        "sm_count_invalid",
     }
     assert "{{ $labels.artifact }}" in rule["annotations"]["description"]
     assert "raw trace numbers" in rule["annotations"]["description"]
     tests = load("warpwatch-rules.test.yaml")["tests"]
-    fired = [e for t in tests for c in t.get("alert_rule_test", []) if c["alertname"] == rule["alert"]
-             for e in c["exp_alerts"]]
+    fired = [
+        e
+        for t in tests
+        for c in t.get("alert_rule_test", [])
+        if c["alertname"] == rule["alert"]
+        for e in c["exp_alerts"]
+    ]
     assert sorted(e["exp_labels"]["artifact"] for e in fired) == sorted(ALERTED_ARTIFACTS)
     overflow = next(e for e in fired if e["exp_labels"]["artifact"] == "grid_overflow")
     # one alert per pod and kind: two kernels on two GPUs, 2 launches a minute each, over 30 minutes
@@ -132,16 +142,20 @@ def test_degraded_alert_compares_ratios_of_recorded_rates_per_deployment_and_ker
     seconds = "fleet_kernel:warpwatch_kernel_seconds_total:rate5m"
     for x in ("estimated_occupancy", "resident_warps_per_sm"):
         num = f"fleet_kernel:warpwatch_kernel_{x}_seconds_total:rate5m"
-        assert (f"avg_over_time({num}[{s.degraded_window}]) / avg_over_time({seconds}[{s.degraded_window}])"
-                in expr)
+        assert f"avg_over_time({num}[{s.degraded_window}]) / avg_over_time({seconds}[{s.degraded_window}])" in expr
         assert f"(avg_over_time({num}{window}) / avg_over_time({seconds}{window}))" in expr
     assert f"count_over_time({seconds}{window}) >= {s.degraded_min_samples}" in expr
     assert f"< {s.degraded_ratio}" in expr
     assert f") > {s.degraded_min_time_share}" in expr
     assert "warpwatch_kernel_seconds_total[" not in expr  # no raw series
     tests = load("warpwatch-rules.test.yaml")["tests"]
-    fired = [e["exp_labels"] for t in tests for c in t.get("alert_rule_test", [])
-             if c["alertname"] == "WarpwatchKernelOccupancyDegraded" for e in c["exp_alerts"]]
+    fired = [
+        e["exp_labels"]
+        for t in tests
+        for c in t.get("alert_rule_test", [])
+        if c["alertname"] == "WarpwatchKernelOccupancyDegraded"
+        for e in c["exp_alerts"]
+    ]
     assert fired and all(set(f) == {"namespace", "deployment", "kernel", "severity"} for f in fired)
 
 
@@ -165,14 +179,18 @@ def test_recording_rules_in_two_tiers_per_pod_from_raw_series_fleet_from_records
     pod = {r["record"]: r["expr"] for r in groups["warpwatch-pod"]}
     fleet = {r["record"]: r["expr"] for r in groups["warpwatch-fleet"]}
     assert pod["pod_gpu:warpwatch_gpu_observed_seconds_total:rate5m"] == (
-        "sum by (namespace, deployment, pod, gpu) (rate(warpwatch_gpu_observed_seconds_total[5m]))")
+        "sum by (namespace, deployment, pod, gpu) (rate(warpwatch_gpu_observed_seconds_total[5m]))"
+    )
     assert pod["pod_kernel:warpwatch_kernel_seconds_total:rate5m"] == (
-        "sum by (namespace, deployment, pod, kernel) (rate(warpwatch_kernel_seconds_total[5m]))")
+        "sum by (namespace, deployment, pod, kernel) (rate(warpwatch_kernel_seconds_total[5m]))"
+    )
     assert fleet["fleet:warpwatch_gpu_observed_seconds_total:rate5m"] == (
-        "sum by (namespace, deployment) (pod_gpu:warpwatch_gpu_observed_seconds_total:rate5m)")
+        "sum by (namespace, deployment) (pod_gpu:warpwatch_gpu_observed_seconds_total:rate5m)"
+    )
     assert fleet["fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"] == (
         "fleet_kernel:warpwatch_kernel_seconds_total:rate5m\n  / on (namespace, deployment) group_left\n"
-        "fleet:warpwatch_gpu_observed_seconds_total:rate5m")
+        "fleet:warpwatch_gpu_observed_seconds_total:rate5m"
+    )
     for expr in fleet.values():  # the fleet tier reads records only: a global Prometheus can evaluate it
         assert not re.search(r"(?<![:\w])warpwatch_\w+", expr.replace(":warpwatch_", ":x_")), expr
     for expr in pod.values():  # the pod tier keeps pod: any shard scraping the pod can evaluate it
@@ -203,7 +221,8 @@ def test_agent_health_alert_thresholds_follow_the_agent_config() -> None:
     by_name = {r["alert"]: r["expr"] for r in prometheus_rules()}
     assert by_name["WarpwatchNoRecentWindow"] == (
         f"time() - warpwatch_last_window_timestamp_seconds\n  > {DEFAULT_SETTINGS.stale_periods:g} * "
-        "warpwatch_capture_period_seconds")
+        "warpwatch_capture_period_seconds"
+    )
     assert 'outcome=~"failed|timed_out"' in by_name["WarpwatchWindowsFailing"]
     assert by_name["WarpwatchCaptureDutyHigh"] == f"warpwatch_capture_duty_ratio > {config.MAX_DUTY}"
 
@@ -217,14 +236,24 @@ def test_slows_serving_reads_each_agents_cost_over_its_own_budget_beyond_the_age
     rule = next(r for r in prometheus_rules() if r["alert"] == "WarpwatchSlowsServing")
     assert rule["expr"] == f"pod:warpwatch_overhead_budget_used:ratio > {1 + overhead.PERIOD_CHANGE:g}"
     assert duration_seconds(rule["for"]) == s.overhead_rounds * duration_seconds(s.capture_period) == 180
-    pod = {r["record"]: r["expr"] for g in load("warpwatch-rules.yaml")["groups"] if g["name"] == "warpwatch-pod"
-           for r in g["rules"]}
+    pod = {
+        r["record"]: r["expr"]
+        for g in load("warpwatch-rules.yaml")["groups"]
+        if g["name"] == "warpwatch-pod"
+        for r in g["rules"]
+    }
     assert pod["pod:warpwatch_overhead_budget_used:ratio"] == (
         "max by (namespace, deployment, pod) (warpwatch_overhead_ratio)\n"
-        "  / max by (namespace, deployment, pod) (warpwatch_overhead_budget_ratio)")
+        "  / max by (namespace, deployment, pod) (warpwatch_overhead_budget_ratio)"
+    )
     runbook = (RUNBOOKS / "slows-serving.md").read_text()
-    for remedy in ('"torch_profiler_with_stack": false', '"ignore_frontend": true',
-                   '"torch_profiler_activities": ["CUDA"]', "max_steps=", "--overhead-budget"):
+    for remedy in (
+        '"torch_profiler_with_stack": false',
+        '"ignore_frontend": true',
+        '"torch_profiler_activities": ["CUDA"]',
+        "max_steps=",
+        "--overhead-budget",
+    ):
         assert remedy in runbook
 
 
@@ -233,11 +262,21 @@ def test_slows_serving_reads_each_agents_cost_over_its_own_budget_beyond_the_age
 def test_changed_thresholds_and_selector_still_fire_and_hold(tmp_path: Path) -> None:
     """Thresholds live in Settings: the scenarios move with them, and promtool still agrees."""
     s = Settings(
-        selector='job="warpwatch"', degraded_ratio=0.5, degraded_min_time_share=0.1, degraded_min_samples=120,
-        nvml_max_difference=0.1, stale_periods=4, failing_ratio=0.3, short_max_kernel_ratio=0.4,
-        fleet_labels="namespace,model", degraded_baseline_window="6h",
-        max_capture_duty=0.05, artifact_window="1h", runbook_url_base="https://wiki.example/runbooks/",
-        overhead_rounds=5, overhead_tolerance=0.2,
+        selector='job="warpwatch"',
+        degraded_ratio=0.5,
+        degraded_min_time_share=0.1,
+        degraded_min_samples=120,
+        nvml_max_difference=0.1,
+        stale_periods=4,
+        failing_ratio=0.3,
+        short_max_kernel_ratio=0.4,
+        fleet_labels="namespace,model",
+        degraded_baseline_window="6h",
+        max_capture_duty=0.05,
+        artifact_window="1h",
+        runbook_url_base="https://wiki.example/runbooks/",
+        overhead_rounds=5,
+        overhead_tolerance=0.2,
     )
     build(tmp_path, s)
     text = (tmp_path / "alerts" / "warpwatch-rules.yaml").read_text()
@@ -265,8 +304,17 @@ def test_grafana_alerting_file_structure() -> None:
         assert {"orgId", "name", "folder", "interval", "rules"} <= set(group)
         duration_seconds(group["interval"])
         for rule in group["rules"]:
-            assert {"uid", "title", "condition", "data", "for", "labels", "annotations", "noDataState",
-                    "execErrState"} <= set(rule)
+            assert {
+                "uid",
+                "title",
+                "condition",
+                "data",
+                "for",
+                "labels",
+                "annotations",
+                "noDataState",
+                "execErrState",
+            } <= set(rule)
             uids.append(rule["uid"])
             titles.append(rule["title"])
             assert re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", rule["uid"])

@@ -48,8 +48,10 @@ def body(pod: int) -> str:
             kg = f'{g},kernel="{kernel}"'
             seconds = t * (k + 1) * (pod + 1) / 40
             lines.append(f"{md.exposed_name(md.KERNEL_SECONDS)}{{{kg}}} {seconds}")
-            lines.append(f"{md.exposed_name(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS)}{{{kg}}} "
-                         f"{seconds * (0.2 + 0.1 * k + 0.05 * gpu)}")
+            lines.append(
+                f"{md.exposed_name(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS)}{{{kg}}} "
+                f"{seconds * (0.2 + 0.1 * k + 0.05 * gpu)}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -67,22 +69,32 @@ class Targets(http.server.BaseHTTPRequestHandler):
 
 def scrape_config(port: int, shard: int | None) -> str:
     """One job over every pod (path /pod/N); `shard` keeps the pods whose hash mod 2 is it."""
-    relabel = "" if shard is None else (
-        "    relabel_configs:\n"
-        "      - source_labels: [__metrics_path__]\n        modulus: 2\n        target_label: __tmp_hash\n"
-        "        action: hashmod\n"
-        f"      - source_labels: [__tmp_hash]\n        regex: '{shard}'\n        action: keep\n")
-    jobs = "".join(f"      - targets: ['127.0.0.1:{port}']\n        labels: {{__metrics_path__: /pod/{i}}}\n"
-                   for i in range(PODS))
-    return (f"  scrape_interval: 2s\nscrape_configs:\n  - job_name: warpwatch\n    honor_labels: true\n"
-            f"    static_configs:\n{jobs}{relabel}")
+    relabel = (
+        ""
+        if shard is None
+        else (
+            "    relabel_configs:\n"
+            "      - source_labels: [__metrics_path__]\n        modulus: 2\n        target_label: __tmp_hash\n"
+            "        action: hashmod\n"
+            f"      - source_labels: [__tmp_hash]\n        regex: '{shard}'\n        action: keep\n"
+        )
+    )
+    jobs = "".join(
+        f"      - targets: ['127.0.0.1:{port}']\n        labels: {{__metrics_path__: /pod/{i}}}\n" for i in range(PODS)
+    )
+    return (
+        f"  scrape_interval: 2s\nscrape_configs:\n  - job_name: warpwatch\n    honor_labels: true\n"
+        f"    static_configs:\n{jobs}{relabel}"
+    )
 
 
 def federate_config(shards: list[str]) -> str:
     targets = ", ".join(f"'{u.removeprefix('http://')}'" for u in shards)
-    return ("  scrape_interval: 2s\nscrape_configs:\n  - job_name: federate\n    honor_labels: true\n"
-            "    metrics_path: /federate\n    params:\n      'match[]': ['{__name__=~\"pod_gpu:.+|pod_kernel:.+\"}']\n"
-            f"    static_configs:\n      - targets: [{targets}]\n")
+    return (
+        "  scrape_interval: 2s\nscrape_configs:\n  - job_name: federate\n    honor_labels: true\n"
+        "    metrics_path: /federate\n    params:\n      'match[]': ['{__name__=~\"pod_gpu:.+|pod_kernel:.+\"}']\n"
+        f"    static_configs:\n      - targets: [{targets}]\n"
+    )
 
 
 def test_two_shards_and_a_federating_global_tier_answer_the_fleet_panels_like_one_prometheus(tmp_path: Path) -> None:
@@ -105,17 +117,24 @@ def compare_tiers(tmp_path: Path, port: int) -> None:
         path.write_text(yaml.safe_dump({"groups": [g for g in groups if keep is None or g["name"] in keep]}))
         files[name] = path
     # $__range: the last 20 s (the first seconds' rates, over less than their range, read low)
-    fleet_panels = [(w, substitute_variables(e.replace("$__range", "20s")))
-                    for w, e in all_queries(SETTINGS, substitute=False) if w.startswith("dashboard:warpwatch-fleet/")]
+    fleet_panels = [
+        (w, substitute_variables(e.replace("$__range", "20s")))
+        for w, e in all_queries(SETTINGS, substitute=False)
+        if w.startswith("dashboard:warpwatch-fleet/")
+    ]
     assert len(fleet_panels) == 5
-    with prometheus(tmp_path / "single" / "data", scrape_config(port, None), [files["all"]]) as (single, _), \
-         prometheus(tmp_path / "s0" / "data", scrape_config(port, 0), [files["pod"]]) as (s0, _), \
-         prometheus(tmp_path / "s1" / "data", scrape_config(port, 1), [files["pod"]]) as (s1, _), \
-         prometheus(tmp_path / "global" / "data", federate_config([s0, s1]), [files["fleet"]]) as (glob, _):
+    with (
+        prometheus(tmp_path / "single" / "data", scrape_config(port, None), [files["all"]]) as (single, _),
+        prometheus(tmp_path / "s0" / "data", scrape_config(port, 0), [files["pod"]]) as (s0, _),
+        prometheus(tmp_path / "s1" / "data", scrape_config(port, 1), [files["pod"]]) as (s1, _),
+        prometheus(tmp_path / "global" / "data", federate_config([s0, s1]), [files["fleet"]]) as (glob, _),
+    ):
         time.sleep(50)
         at = time.time() - 10
-        pods = [len(query(u, "count by (pod) (warpwatch_gpu_observed_seconds_total)", at)["data"]["result"])
-                for u in (s0, s1)]
+        pods = [
+            len(query(u, "count by (pod) (warpwatch_gpu_observed_seconds_total)", at)["data"]["result"])
+            for u in (s0, s1)
+        ]
         assert sum(pods) == PODS and min(pods) > 0, pods  # each shard scrapes some pods, together all
         for where, expr in fleet_panels:
             ref = answers(query(single, expr, at))

@@ -109,7 +109,8 @@ def test_compose_pytorch_profile_shares_the_agents_namespace_and_trace_folder(co
 
 
 def test_compose_pytorch_is_a_torch_that_survives_the_daemon_and_the_charts_example_image(
-        compose: dict[str, Any]) -> None:
+    compose: dict[str, Any],
+) -> None:
     """torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1 (pytorch/pytorch#163545, fixed in 2.10)."""
     image = compose["services"]["pytorch"]["image"]
     m = re.fullmatch(r"pytorch/pytorch:(\d+)\.(\d+)\.\d+-.+", image)
@@ -128,9 +129,11 @@ def test_compose_mounts_existing_generated_files(compose: dict[str, Any]) -> Non
             mounted[target] = source
     assert mounted["/etc/prometheus/rules/warpwatch-rules.yaml"] == DASHBOARDS / "alerts" / "warpwatch-rules.yaml"
     assert mounted["/etc/grafana/provisioning/datasources/warpwatch.yaml"] == (
-        DASHBOARDS / "provisioning" / "datasources" / "warpwatch.yaml")
+        DASHBOARDS / "provisioning" / "datasources" / "warpwatch.yaml"
+    )
     assert mounted["/etc/grafana/provisioning/alerting/warpwatch.yaml"] == (
-        DASHBOARDS / "alerts" / "grafana-alerting.yaml")
+        DASHBOARDS / "alerts" / "grafana-alerting.yaml"
+    )
     provider_file = mounted["/etc/grafana/provisioning/dashboards/warpwatch.yaml"]
     assert provider_file == DASHBOARDS / "provisioning" / "dashboards" / "warpwatch.yaml"
     # The dashboard provider reads the folder where the dashboards are mounted...
@@ -140,8 +143,9 @@ def test_compose_mounts_existing_generated_files(compose: dict[str, Any]) -> Non
     home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (DASHBOARDS / Path(home).relative_to(provider["options"]["path"])).is_file()
     # ...and the data source is the compose Prometheus.
-    (datasource,) = yaml.safe_load(mounted["/etc/grafana/provisioning/datasources/warpwatch.yaml"]
-                                   .read_text(encoding="utf-8"))["datasources"]
+    (datasource,) = yaml.safe_load(
+        mounted["/etc/grafana/provisioning/datasources/warpwatch.yaml"].read_text(encoding="utf-8")
+    )["datasources"]
     assert datasource["url"] == "http://prometheus:9090"
     assert "127.0.0.1:9090:9090" in services["prometheus"]["ports"]
 
@@ -190,9 +194,14 @@ def test_the_image_command_serves_and_its_healthcheck_passes(final: Stage, tmp_p
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
     env.update({k: v for k, v in final.env().items() if k.startswith(("WARPWATCH_", "PYTHON"))})
-    env.update(WARPWATCH_PORT=str(port), WARPWATCH_ADDRESS="127.0.0.1", WARPWATCH_PERIOD="20s",
-               WARPWATCH_JITTER="0s", WARPWATCH_TRACE_DIR=str(tmp_path),
-               WARPWATCH_SOURCE=f"replay:{ROOT / 'agent' / 'warpwatch' / 'samples'}")
+    env.update(
+        WARPWATCH_PORT=str(port),
+        WARPWATCH_ADDRESS="127.0.0.1",
+        WARPWATCH_PERIOD="20s",
+        WARPWATCH_JITTER="0s",
+        WARPWATCH_TRACE_DIR=str(tmp_path),
+        WARPWATCH_SOURCE=f"replay:{ROOT / 'agent' / 'warpwatch' / 'samples'}",
+    )
     argv = exec_form(final.all("ENTRYPOINT")[0]) + exec_form(final.all("CMD")[0])
     argv[0] = str(warpwatch)
     healthcheck = exec_form(final.all("HEALTHCHECK")[0].partition(" CMD ")[2])
@@ -252,8 +261,11 @@ def test_sync_copies_the_generated_files_into_the_chart(tmp_path: Path) -> None:
         "helm/warpwatch/files/alerts/warpwatch-rules.yaml: missing (copy of dashboards/alerts/warpwatch-rules.yaml)",
     ]
     written = deploysync.sync(repo)
-    assert written == [chart_files / "dashboards" / "a.json", chart_files / "dashboards" / "b.json",
-                       chart_files / "alerts" / "warpwatch-rules.yaml"]
+    assert written == [
+        chart_files / "dashboards" / "a.json",
+        chart_files / "dashboards" / "b.json",
+        chart_files / "alerts" / "warpwatch-rules.yaml",
+    ]
     assert (chart_files / "dashboards" / "a.json").read_bytes() == b'{"uid": "a"}\n'
     assert deploysync.check(repo) == []
     assert deploysync.sync(repo) == []  # nothing to do the second time
@@ -275,8 +287,11 @@ def test_sync_replaces_changed_copies_and_removes_orphans(tmp_path: Path) -> Non
 
 
 def test_sync_without_generated_files_says_what_to_run(tmp_path: Path) -> None:
-    with pytest.raises(deploysync.DeploySyncError, match=r"no dashboards/\*\.json under .*: run `warpwatch "
-                       r"dashboards build` first"):
+    with pytest.raises(
+        deploysync.DeploySyncError,
+        match=r"no dashboards/\*\.json under .*: run `warpwatch "
+        r"dashboards build` first",
+    ):
         deploysync.sync(tmp_path)
     (problem,) = deploysync.check(tmp_path)
     assert "run `warpwatch dashboards build` first" in problem

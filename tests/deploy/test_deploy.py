@@ -67,8 +67,11 @@ def test_the_build_copies_only_what_the_package_build_needs(dockerfile: tuple[di
         *sources, _dest = c.split()
         for source in sources:
             assert (ROOT / source).exists(), f"COPY {source}: no such path in the build context"
-    ignore = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
-              if line.strip() and not line.startswith("#")]
+    ignore = [
+        line.strip()
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     # everything else stays out
     assert ignore[:6] == ["*", "!pyproject.toml", "!setup.py", "!LICENSE", "!README.md", "!agent/"]
 
@@ -114,8 +117,9 @@ def test_image_settings_load_through_the_agent_config(final: Stage) -> None:
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert env["PATH"].startswith("/opt/warpwatch/venv/bin:")
     # The trace folder exists in the image and belongs to the agent's user.
-    assert any(re.search(rf"install -d -o {AGENT_UID} -g {AGENT_UID} .*{config.trace_dir}$", r)
-               for r in final.all("RUN"))
+    assert any(
+        re.search(rf"install -d -o {AGENT_UID} -g {AGENT_UID} .*{config.trace_dir}$", r) for r in final.all("RUN")
+    )
 
 
 def test_port_and_healthcheck_are_the_agent_defaults(final: Stage) -> None:

@@ -90,15 +90,21 @@ def _accepted_types(prop: dict[str, Any]) -> set[str]:
 
 
 KIND_TYPES = {
-    "list": {"null", "array"}, "duration": {"null", "string", "number"}, "size": {"null", "string", "integer"},
-    "bool": {"null", "boolean"}, "int": {"null", "integer"}, "str": {"null", "string"},
-    "path": {"null", "string"}, "ratio": {"null", "string", "number"},
+    "list": {"null", "array"},
+    "duration": {"null", "string", "number"},
+    "size": {"null", "string", "integer"},
+    "bool": {"null", "boolean"},
+    "int": {"null", "integer"},
+    "str": {"null", "string"},
+    "path": {"null", "string"},
+    "ratio": {"null", "string", "number"},
 }
 
 
 def test_values_schema_types_follow_the_settings_kinds() -> None:
-    props = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))[
-        "properties"]["warpwatch"]["properties"]["config"]["properties"]
+    props = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))["properties"]["warpwatch"][
+        "properties"
+    ]["config"]["properties"]
     for s in SETTINGS:
         prop = props[s.name]
         if s.kind == "choice":
@@ -136,24 +142,29 @@ def test_values_schema_describes_every_value_and_nothing_else() -> None:
             if sub.get("type") == "object" and "properties" in sub:
                 assert sub.get("additionalProperties") is False, f"{path}{key} accepts unknown keys"
                 closed(sub, f"{path}{key}.")
+
     assert schema["additionalProperties"] is False
     closed(schema, "")
 
 
-@pytest.mark.parametrize(("override", "complaint"), [
-    ("warpwatch.config.perod=1m", SchemaError("warpwatch.config.perod", "additional")),
-    ("warpwatch.config.period=1x", SchemaError("warpwatch.config.period", "pattern")),
-    ("warpwatch.config.log_format=xml", SchemaError("warpwatch.config.log_format", "enum")),
-    ("warpwatch.config.top_kernels=0", SchemaError("warpwatch.config.top_kernels", "minimum")),
-    ("warpwatch.config.source[0]=nfs:/traces", SchemaError("warpwatch.config.source.0", "pattern")),
-    ("example.gpus=1", SchemaError("example.gpus", "additional")),
-    ("warpwatch.sidecarMode=sidecar", SchemaError("warpwatch.sidecarMode", "enum")),
-    ("warpwatch.sidecarMode=true", SchemaError("warpwatch.sidecarMode", "enum")),
-    ("warpwatch.nativeSidecar=true", SchemaError("warpwatch.nativeSidecar", "additional")),  # now sidecarMode
-    ("kineto.torchVersion=two.ten", SchemaError("kineto.torchVersion", "pattern")),
-    ("kineto.torchVersion=2", SchemaError("kineto.torchVersion", "type", "string")),
-    ("kineto.allowAffectedTorch=yes", SchemaError("kineto.allowAffectedTorch", "type", "boolean")),
-], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    ("override", "complaint"),
+    [
+        ("warpwatch.config.perod=1m", SchemaError("warpwatch.config.perod", "additional")),
+        ("warpwatch.config.period=1x", SchemaError("warpwatch.config.period", "pattern")),
+        ("warpwatch.config.log_format=xml", SchemaError("warpwatch.config.log_format", "enum")),
+        ("warpwatch.config.top_kernels=0", SchemaError("warpwatch.config.top_kernels", "minimum")),
+        ("warpwatch.config.source[0]=nfs:/traces", SchemaError("warpwatch.config.source.0", "pattern")),
+        ("example.gpus=1", SchemaError("example.gpus", "additional")),
+        ("warpwatch.sidecarMode=sidecar", SchemaError("warpwatch.sidecarMode", "enum")),
+        ("warpwatch.sidecarMode=true", SchemaError("warpwatch.sidecarMode", "enum")),
+        ("warpwatch.nativeSidecar=true", SchemaError("warpwatch.nativeSidecar", "additional")),  # now sidecarMode
+        ("kineto.torchVersion=two.ten", SchemaError("kineto.torchVersion", "pattern")),
+        ("kineto.torchVersion=2", SchemaError("kineto.torchVersion", "type", "string")),
+        ("kineto.allowAffectedTorch=yes", SchemaError("kineto.allowAffectedTorch", "type", "boolean")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
 @pytest.mark.slow
 def test_the_schema_rejects_misspelt_and_malformed_values(override: str, complaint: SchemaError) -> None:
     proc = _helm("lint", "--strict", str(CHART), "--set", override, check=False)
@@ -167,8 +178,9 @@ def test_the_schema_rejects_misspelt_and_malformed_values(override: str, complai
 
 @pytest.mark.parametrize("name", list(VALUE_SETS))
 def test_helm_lint_strict(name: str) -> None:
-    proc = _helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE, "-f", "-",
-                 stdin=yaml.safe_dump(VALUE_SETS[name]))
+    proc = _helm(
+        "lint", "--strict", str(CHART), "--namespace", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(VALUE_SETS[name])
+    )
     assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout, proc.stdout
 
 
@@ -185,8 +197,12 @@ def _expected_counts(name: str, monitoring: bool) -> Counter[str]:
         counts["ConfigMap"] += 1
     if on("dashboards"):
         counts["ConfigMap"] += len(list((CHART / "files" / "dashboards").glob("*.json")))
-    for key, kind in (("service", "Service"), ("serviceMonitor", "ServiceMonitor"),
-                      ("prometheusRule", "PrometheusRule"), ("networkPolicy", "NetworkPolicy")):
+    for key, kind in (
+        ("service", "Service"),
+        ("serviceMonitor", "ServiceMonitor"),
+        ("prometheusRule", "PrometheusRule"),
+        ("networkPolicy", "NetworkPolicy"),
+    ):
         if on(key) if key in ("serviceMonitor", "prometheusRule") else v[key]["enabled"]:
             counts[kind] += 1
     return counts
@@ -201,31 +217,44 @@ def test_rendered_object_counts(monitoring: bool) -> None:
         assert counts == _expected_counts(name, monitoring), name
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
         lines.append(f"{name}: {sum(counts.values())} objects ({kinds})")
-    print(f"\nrendered objects per value set ({'with' if monitoring else 'without'} {CRD_GROUP}):\n  "
-          + "\n  ".join(lines))
+    print(
+        f"\nrendered objects per value set ({'with' if monitoring else 'without'} {CRD_GROUP}):\n  "
+        + "\n  ".join(lines)
+    )
 
 
 def test_default_values_render_the_monitoring_objects_exactly_when_the_cluster_serves_their_api(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     def names(objs: list[dict[str, Any]]) -> list[str]:
         return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objs)
 
     without = names(render("default", monitoring=False))
     with_api = names(render("default", monitoring=True))
     assert without == [f"ConfigMap/{FULLNAME}-kineto", f"Service/{FULLNAME}"]
-    dashboards = sorted(f"ConfigMap/{FULLNAME}-dashboard-{p.stem.removeprefix('warpwatch-')}"
-                        for p in (ROOT / "dashboards").glob("*.json"))
+    dashboards = sorted(
+        f"ConfigMap/{FULLNAME}-dashboard-{p.stem.removeprefix('warpwatch-')}"
+        for p in (ROOT / "dashboards").glob("*.json")
+    )
     assert with_api == sorted([*without, *dashboards, f"PrometheusRule/{FULLNAME}", f"ServiceMonitor/{FULLNAME}"])
     # Explicit values still decide, whatever the cluster serves.
     assert names(render("no-monitoring", monitoring=True)) == without
-    forced = _helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--set",
-                   "serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboards.enabled=true").stdout
+    forced = _helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboards.enabled=true",
+    ).stdout
     assert names([d for d in yaml.safe_load_all(forced) if d]) == with_api
     # Without the Service, an automatic ServiceMonitor is left out, an explicit one is an error.
     no_service = _helm("template", RELEASE, str(CHART), *MONITORING, "--set", "service.enabled=false").stdout
     assert "kind: ServiceMonitor" not in no_service and "kind: PrometheusRule" in no_service
-    proc = _helm("template", RELEASE, str(CHART), "--set", "service.enabled=false,serviceMonitor.enabled=true",
-                 check=False)
+    proc = _helm(
+        "template", RELEASE, str(CHART), "--set", "service.enabled=false,serviceMonitor.enabled=true", check=False
+    )
     assert proc.returncode != 0 and "a ServiceMonitor needs service.enabled" in proc.stderr
     with capsys.disabled():
         print(f"\ndefault values, cluster without {CRD_GROUP}: " + ", ".join(without))
@@ -236,8 +265,11 @@ def test_default_values_render_the_monitoring_objects_exactly_when_the_cluster_s
 def test_every_object_names_its_namespace(name: str) -> None:
     dashboards_namespace = values_of(name)["dashboards"]["namespace"] or NAMESPACE
     for obj in render(name):
-        expected = (dashboards_namespace if obj["metadata"]["labels"].get("app.kubernetes.io/component")
-                    == "dashboards" else NAMESPACE)
+        expected = (
+            dashboards_namespace
+            if obj["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboards"
+            else NAMESPACE
+        )
         assert obj["metadata"].get("namespace") == expected, f"{obj['kind']}/{obj['metadata']['name']}"
 
 
@@ -255,8 +287,10 @@ def test_manifests_pass_kubernetes_validate_strict(name: str, kube_version: str)
         try:
             kubernetes_validate.validate(obj, kube_version, strict=True)
         except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} ({kube_version}): {exc.message} "
-                        f"at {'.'.join(map(str, exc.path))}")
+            pytest.fail(
+                f"{obj['kind']}/{obj['metadata']['name']} ({kube_version}): {exc.message} "
+                f"at {'.'.join(map(str, exc.path))}"
+            )
         checked += 1
     assert checked == len([o for o in objs if o["apiVersion"] != CRD_GROUP]) > 0
 
@@ -268,8 +302,9 @@ def test_kubernetes_validate_cli_strict_on_the_default_render(tmp_path: Path) ->
     manifest = tmp_path / "default.yaml"
     manifest.write_text(_render_text("example", KUBE_VERSIONS[0]), encoding="utf-8")
     for kube_version in KUBE_VERSIONS:
-        proc = subprocess.run([exe, "--strict", "-k", kube_version, str(manifest)],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [exe, "--strict", "-k", kube_version, str(manifest)], capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -83,9 +83,13 @@ def test_sidecar_defaults_follow_the_agent() -> None:
     assert "readinessProbe" not in sidecar and "startupProbe" not in sidecar
     # Kubernetes 1.32 has native sidecars: an init container with restartPolicy Always.
     assert sidecar["restartPolicy"] == "Always" and sidecar in template["spec"]["initContainers"]
-    assert env_of(sidecar) == {"WARPWATCH_SOURCE": "kineto-daemon", "WARPWATCH_TRACE_DIR": "/tmp/warpwatch",
-                               "WARPWATCH_LOG_FORMAT": "json", "WARPWATCH_EVIDENCE_DIR": "/var/lib/warpwatch/evidence",
-                               "WARPWATCH_EVIDENCE_BYTES": "900MiB"}
+    assert env_of(sidecar) == {
+        "WARPWATCH_SOURCE": "kineto-daemon",
+        "WARPWATCH_TRACE_DIR": "/tmp/warpwatch",
+        "WARPWATCH_LOG_FORMAT": "json",
+        "WARPWATCH_EVIDENCE_DIR": "/var/lib/warpwatch/evidence",
+        "WARPWATCH_EVIDENCE_BYTES": "900MiB",
+    }
     config = load_config(environ=env_of(sidecar))
     assert config.source == ("kineto-daemon",) and config.port == SETTINGS_BY_NAME["port"].default
 
@@ -209,12 +213,16 @@ def test_servicemonitor_attaches_every_label_the_rules_group_by(name: str) -> No
     kernel): a ServiceMonitor target carries namespace and pod; deployment comes from the serving
     pod's app.kubernetes.io/instance label, which the chart's pods carry (the release name)."""
     from warpwatch.dashboards.settings import DEFAULT_SETTINGS, POD_LABELS
+
     objs = render(name)
     monitor = one(objs, "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     first = endpoint["relabelings"][0]
-    assert first == {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
-                     "targetLabel": "deployment"}
+    assert first == {
+        "action": "replace",
+        "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+        "targetLabel": "deployment",
+    }
     attached = {"namespace", "pod", *(r["targetLabel"] for r in endpoint["relabelings"] if "targetLabel" in r)}
     assert set(POD_LABELS) <= attached and set(DEFAULT_SETTINGS.fleet) <= attached
     for template in pod_templates(objs):
@@ -256,8 +264,9 @@ def test_custom_labels_reach_every_object() -> None:
         assert obj["metadata"]["name"].startswith("occupancy")
     service = one(objs, "Service")
     assert service["metadata"]["labels"]["scrape"] == "yes"
-    assert service["spec"]["ports"] == [{"name": "http-metrics", "port": 8080, "targetPort": "ww-metrics",
-                                         "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [
+        {"name": "http-metrics", "port": 8080, "targetPort": "ww-metrics", "protocol": "TCP"}
+    ]
     assert one(objs, "PrometheusRule")["metadata"]["labels"]["role"] == "alert-rules"
 
 
@@ -291,8 +300,11 @@ def test_prometheusrule_holds_the_generated_rules_and_passes_promtool(tmp_path: 
 @pytest.mark.parametrize("name", ["all-features", "custom-labels"])
 def test_dashboard_configmaps_carry_the_generated_dashboards(name: str) -> None:
     values = values_of(name)["dashboards"]
-    configmaps = [o for o in by_kind(render(name), "ConfigMap")
-                  if o["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboards"]
+    configmaps = [
+        o
+        for o in by_kind(render(name), "ConfigMap")
+        if o["metadata"]["labels"].get("app.kubernetes.io/component") == "dashboards"
+    ]
     sources = sorted((ROOT / "dashboards").glob("*.json"))
     assert len(configmaps) == len(sources)
     seen = {}
@@ -329,10 +341,21 @@ def test_notes_render_for_every_value_set(name: str, tmp_path: Path) -> None:
     notes = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
     (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + notes + "{{- end }}\n")
     (chart / "templates" / "notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
-        '  notes: {{ include "test.notes" . | quote }}\n')
-    text = _helm("template", RELEASE, str(chart), "--namespace", NAMESPACE, "--show-only", "templates/notes.yaml",
-                 "-f", "-", stdin=yaml.safe_dump(VALUE_SETS[name])).stdout
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ include "test.notes" . | quote }}\n'
+    )
+    text = _helm(
+        "template",
+        RELEASE,
+        str(chart),
+        "--namespace",
+        NAMESPACE,
+        "--show-only",
+        "templates/notes.yaml",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(VALUE_SETS[name]),
+    ).stdout
     rendered = yaml.safe_load(text)["data"]["notes"]
     values = values_of(name)
     assert f"warpwatch {__version__}" in rendered
@@ -351,7 +374,7 @@ def test_the_readme_values_table_is_generated_from_values_yaml_and_current() -> 
     readme = (CHART / "README.md").read_text(encoding="utf-8")
     values_text = (CHART / "values.yaml").read_text(encoding="utf-8")
     assert chartdoc.replace_table(readme, values_text) == readme, "run `warpwatch dashboards build`"
-    table = readme[readme.index(chartdoc.BEGIN):readme.index(chartdoc.END)]
+    table = readme[readme.index(chartdoc.BEGIN) : readme.index(chartdoc.END)]
     keys = re.findall(r"^\| `([^`]+)` \|", table, re.M)
     # Complete: every value Helm accepts (down to the schema's pass-through objects) has a row or
     # lies under a row.
@@ -373,8 +396,11 @@ def test_the_agent_defaults_quoted_in_values_yaml_are_the_agents() -> None:
     for line in settings_table_markdown().splitlines()[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         agent[cells[2].strip("`")] = cells[3]
-    rows = {r.key.removeprefix("warpwatch.config."): r.description for r in chartdoc.rows(
-        (CHART / "values.yaml").read_text(encoding="utf-8")) if r.key.startswith("warpwatch.config.")}
+    rows = {
+        r.key.removeprefix("warpwatch.config."): r.description
+        for r in chartdoc.rows((CHART / "values.yaml").read_text(encoding="utf-8"))
+        if r.key.startswith("warpwatch.config.")
+    }
     assert set(rows) == set(agent)
     for name, description in rows.items():
         quoted = re.findall(r"\[([^\]]+)\]", description)

@@ -52,8 +52,18 @@ def _helm(*args: str, stdin: str | None = None, chart: Path = CHART) -> subproce
 
 
 def render(values: dict[str, Any], kube_version: str = "1.32.0") -> list[dict[str, Any]]:
-    proc = _helm("template", RELEASE, "CHART", "--namespace", NAMESPACE, "--kube-version", kube_version,
-                 "-f", "-", stdin=yaml.safe_dump(values))
+    proc = _helm(
+        "template",
+        RELEASE,
+        "CHART",
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        kube_version,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(values),
+    )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -86,19 +96,23 @@ def _schema_version(kube_version: str) -> str:
 # the sidecar's place
 
 
-@pytest.mark.parametrize(("kube_version", "mode", "native"), [
-    ("1.28.0", "auto", False),
-    ("1.28.15-gke.1159000", "auto", False),  # managed clusters report pre-release style versions
-    ("1.29.0", "auto", True),
-    ("v1.29.4-eks-036c24b", "auto", True),
-    ("1.33.0", "auto", True),
-    ("1.28.0", "regular", False),
-    ("1.33.0", "regular", False),
-    ("1.29.0", "native", True),
-    ("1.33.0", "native", True),
-])
+@pytest.mark.parametrize(
+    ("kube_version", "mode", "native"),
+    [
+        ("1.28.0", "auto", False),
+        ("1.28.15-gke.1159000", "auto", False),  # managed clusters report pre-release style versions
+        ("1.29.0", "auto", True),
+        ("v1.29.4-eks-036c24b", "auto", True),
+        ("1.33.0", "auto", True),
+        ("1.28.0", "regular", False),
+        ("1.33.0", "regular", False),
+        ("1.29.0", "native", True),
+        ("1.33.0", "native", True),
+    ],
+)
 def test_the_sidecar_is_native_exactly_where_the_cluster_runs_native_sidecars(
-        kube_version: str, mode: str, native: bool) -> None:
+    kube_version: str, mode: str, native: bool
+) -> None:
     import kubernetes_validate
 
     objs = render({"example": {"enabled": True}, "warpwatch": {"sidecarMode": mode}}, kube_version)
@@ -122,8 +136,10 @@ def test_the_sidecar_is_native_exactly_where_the_cluster_runs_native_sidecars(
 
 def test_a_native_sidecar_on_a_cluster_without_them_is_an_error_not_a_pod_that_never_starts() -> None:
     stderr = refusal("--kube-version", "1.28.0", "--set", "example.enabled=true,warpwatch.sidecarMode=native")
-    assert ("warpwatch.sidecarMode=native needs Kubernetes 1.29 or newer (init containers with restartPolicy "
-            "Always); the cluster is v1.28.0: use auto or regular") in stderr
+    assert (
+        "warpwatch.sidecarMode=native needs Kubernetes 1.29 or newer (init containers with restartPolicy "
+        "Always); the cluster is v1.28.0: use auto or regular"
+    ) in stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,33 +151,57 @@ def test_the_example_runs_a_torch_that_survives_the_daemon() -> None:
     image = values["example"]["image"]
     assert image["repository"] == "pytorch/pytorch"  # whose tags begin with the torch version
     assert re.match(r"\d+\.\d+\.\d+-", image["tag"]) and not affected(image["tag"]), image["tag"]
-    workload = next(c for c in pod_spec(render({"example": {"enabled": True}}))["containers"]
-                    if c["name"] == "workload")
+    workload = next(
+        c for c in pod_spec(render({"example": {"enabled": True}}))["containers"] if c["name"] == "workload"
+    )
     assert env_of(workload)["KINETO_USE_DAEMON"] == "1"
 
 
-@pytest.mark.parametrize(("flags", "where", "version"), [
-    (("--set", "example.enabled=true,example.image.tag=2.7.0-cuda12.6-cudnn9-runtime"), "example.image.tag",
-     "2.7.0"),  # the chart's example until this test
-    (("--set", "example.enabled=true,example.image.tag=2.8.0-cuda12.8-cudnn9-runtime"), "example.image.tag",
-     "2.8.0"),
-    (("--set", "example.enabled=true,example.image.tag=v2.9.1"), "example.image.tag", "2.9.1"),
-    (("--set-string", "kineto.torchVersion=2.9.1+cu128"), "kineto.torchVersion", "2.9.1"),
-    (("--set-string", "kineto.torchVersion=2.7"), "kineto.torchVersion", "2.7"),
-    (("--set-string", "kineto.torchVersion=2.8.0", "--set", "example.enabled=true"), "kineto.torchVersion",
-     "2.8.0"),
-])
+@pytest.mark.parametrize(
+    ("flags", "where", "version"),
+    [
+        (
+            ("--set", "example.enabled=true,example.image.tag=2.7.0-cuda12.6-cudnn9-runtime"),
+            "example.image.tag",
+            "2.7.0",
+        ),  # the chart's example until this test
+        (
+            ("--set", "example.enabled=true,example.image.tag=2.8.0-cuda12.8-cudnn9-runtime"),
+            "example.image.tag",
+            "2.8.0",
+        ),
+        (("--set", "example.enabled=true,example.image.tag=v2.9.1"), "example.image.tag", "2.9.1"),
+        (("--set-string", "kineto.torchVersion=2.9.1+cu128"), "kineto.torchVersion", "2.9.1"),
+        (("--set-string", "kineto.torchVersion=2.7"), "kineto.torchVersion", "2.7"),
+        (
+            ("--set-string", "kineto.torchVersion=2.8.0", "--set", "example.enabled=true"),
+            "kineto.torchVersion",
+            "2.8.0",
+        ),
+    ],
+)
 def test_a_torch_that_crashes_under_the_daemon_is_refused_with_what_to_do(
-        flags: tuple[str, ...], where: str, version: str) -> None:
+    flags: tuple[str, ...], where: str, version: str
+) -> None:
     assert affected(version)
     stderr = refusal(*flags)
-    assert f"{where} is torch {version}: {HAZARD} (a race in Kineto's start-up, pytorch/pytorch#163545; " \
-           "fixed in torch 2.10)" in stderr
+    assert (
+        f"{where} is torch {version}: {HAZARD} (a race in Kineto's start-up, pytorch/pytorch#163545; "
+        "fixed in torch 2.10)" in stderr
+    )
     assert "Use torch 2.10 or newer" in stderr and "kineto.allowAffectedTorch=true" in stderr
 
 
-@pytest.mark.parametrize("tag", ["2.6.0-cuda12.4-cudnn9-runtime", "2.10.0-cuda12.8-cudnn9-runtime",
-                                 "2.13.0-cuda13.0-cudnn9-runtime", "2.10.1", "latest"])
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "2.6.0-cuda12.4-cudnn9-runtime",
+        "2.10.0-cuda12.8-cudnn9-runtime",
+        "2.13.0-cuda13.0-cudnn9-runtime",
+        "2.10.1",
+        "latest",
+    ],
+)
 def test_other_torch_versions_render_with_the_daemon(tag: str) -> None:
     assert not affected(tag)
     workload = pod_spec(render({"example": {"enabled": True, "image": {"tag": tag}}}))["containers"][0]
@@ -172,8 +212,15 @@ def test_the_refusal_yields_to_an_explicit_choice_and_is_moot_without_the_daemon
     tag = {"example": {"enabled": True, "image": {"tag": "2.8.0-cuda12.8-cudnn9-runtime"}}}
     accepted = pod_spec(render({**tag, "kineto": {"allowAffectedTorch": True, "torchVersion": "2.9.1"}}))
     assert env_of(accepted["containers"][0])["KINETO_USE_DAEMON"] == "1"
-    no_daemon = pod_spec(render({**tag, "kineto": {"useDaemon": False, "torchVersion": "2.9.1"},
-                                 "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}}}))
+    no_daemon = pod_spec(
+        render(
+            {
+                **tag,
+                "kineto": {"useDaemon": False, "torchVersion": "2.9.1"},
+                "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}},
+            }
+        )
+    )
     assert not [k for k in env_of(no_daemon["containers"][0]) if k.startswith("KINETO_")]
 
 
@@ -192,25 +239,48 @@ def probe_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "spec:\n  selector:\n"
         "    matchLabels: {app: legacy}\n  template:\n    metadata:\n      labels: {app: legacy}\n"
         "    spec:\n      containers:\n        - name: server\n          image: server:1\n"
-        '        {{- include "warpwatch.sidecar" . | nindent 8 }}\n{{- end }}\n', encoding="utf-8")
+        '        {{- include "warpwatch.sidecar" . | nindent 8 }}\n{{- end }}\n',
+        encoding="utf-8",
+    )
     (root / "templates" / "probe.yaml").write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n  answers: {{ $out := list }}"
         '{{ range .Values.probe }}{{ $out = append $out (eq (include "warpwatch.torchAffected" .) "true") }}'
-        "{{ end }}{{ $out | toJson | quote }}\n", encoding="utf-8")
+        "{{ end }}{{ $out | toJson | quote }}\n",
+        encoding="utf-8",
+    )
     return root
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(versions=st.lists(st.tuples(st.sampled_from(["", "v"]), st.integers(0, 3), st.integers(0, 20),
-                                   st.integers(0, 12),
-                                   st.sampled_from(["", "-cuda12.8-cudnn9-runtime", "+cu128", ".post1", "a0"])),
-                         min_size=1, max_size=60))
+@given(
+    versions=st.lists(
+        st.tuples(
+            st.sampled_from(["", "v"]),
+            st.integers(0, 3),
+            st.integers(0, 20),
+            st.integers(0, 12),
+            st.sampled_from(["", "-cuda12.8-cudnn9-runtime", "+cu128", ".post1", "a0"]),
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
 def test_the_charts_torch_range_is_the_fixed_range_for_any_version_text(
-        probe_chart: Path, versions: list[tuple[str, int, int, int, str]]) -> None:
+    probe_chart: Path, versions: list[tuple[str, int, int, int, str]]
+) -> None:
     """warpwatch.torchAffected over generated versions, in one render each, against the oracle above."""
     texts = [f"{v}{a}.{b}.{c}{suffix}" for v, a, b, c, suffix in versions]
-    proc = _helm("template", RELEASE, "CHART", "--show-only", "templates/probe.yaml", "-f", "-",
-                 stdin=yaml.safe_dump({"probe": texts}), chart=probe_chart)
+    proc = _helm(
+        "template",
+        RELEASE,
+        "CHART",
+        "--show-only",
+        "templates/probe.yaml",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump({"probe": texts}),
+        chart=probe_chart,
+    )
     assert proc.returncode == 0, proc.stderr
     answers = json.loads(yaml.safe_load(proc.stdout)["data"]["answers"])
     assert answers == [affected(t) for t in texts]
@@ -218,8 +288,17 @@ def test_the_charts_torch_range_is_the_fixed_range_for_any_version_text(
 
 def test_a_deployment_that_includes_the_old_sidecar_template_is_told_what_to_include(probe_chart: Path) -> None:
     def legacy(*flags: str) -> subprocess.CompletedProcess[str]:
-        return _helm("template", RELEASE, "CHART", "--show-only", "templates/legacy.yaml", "--set", "legacy=true",
-                     *flags, chart=probe_chart)
+        return _helm(
+            "template",
+            RELEASE,
+            "CHART",
+            "--show-only",
+            "templates/legacy.yaml",
+            "--set",
+            "legacy=true",
+            *flags,
+            chart=probe_chart,
+        )
 
     old = legacy("--kube-version", "1.28.0")
     assert old.returncode == 0, old.stderr
@@ -230,9 +309,11 @@ def test_a_deployment_that_includes_the_old_sidecar_template_is_told_what_to_inc
     # API server at apply time: the render fails first, naming the includes to use.
     new = legacy("--kube-version", "1.33.0")
     assert new.returncode != 0
-    assert ('warpwatch.sidecar renders a regular container, but warpwatch.sidecarMode=auto makes the sidecar a '
-            'native sidecar on Kubernetes v1.33.0: include "warpwatch.initContainers" under initContainers and '
-            '"warpwatch.containers" under containers instead') in new.stderr
+    assert (
+        "warpwatch.sidecar renders a regular container, but warpwatch.sidecarMode=auto makes the sidecar a "
+        'native sidecar on Kubernetes v1.33.0: include "warpwatch.initContainers" under initContainers and '
+        '"warpwatch.containers" under containers instead'
+    ) in new.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,26 +326,46 @@ def notes(tmp_path: Path, values: dict[str, Any]) -> str:
     text = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
     (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + text + "{{- end }}\n")
     (chart / "templates" / "notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
-        '  notes: {{ include "test.notes" . | quote }}\n')
-    proc = _helm("template", RELEASE, "CHART", "--show-only", "templates/notes.yaml", "-f", "-",
-                 stdin=yaml.safe_dump(values), chart=chart)
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ include "test.notes" . | quote }}\n'
+    )
+    proc = _helm(
+        "template",
+        RELEASE,
+        "CHART",
+        "--show-only",
+        "templates/notes.yaml",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(values),
+        chart=chart,
+    )
     assert proc.returncode == 0, proc.stderr
     rendered: str = yaml.safe_load(proc.stdout)["data"]["notes"]
     return rendered
 
 
-@pytest.mark.parametrize(("values", "warning", "reminder"), [
-    ({}, False, True),  # the sidecar for your own server, whose torch the chart cannot see
-    ({"kineto": {"torchVersion": "2.10.0"}}, False, False),
-    ({"example": {"enabled": True}}, False, False),  # its tag says its torch
-    ({"example": {"enabled": True, "image": {"tag": "latest"}}}, False, True),
-    ({"kineto": {"torchVersion": "2.8.0", "allowAffectedTorch": True}}, True, False),
-    ({"kineto": {"useDaemon": False, "torchVersion": "2.8.0"},
-      "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}}}, False, False),
-])
+@pytest.mark.parametrize(
+    ("values", "warning", "reminder"),
+    [
+        ({}, False, True),  # the sidecar for your own server, whose torch the chart cannot see
+        ({"kineto": {"torchVersion": "2.10.0"}}, False, False),
+        ({"example": {"enabled": True}}, False, False),  # its tag says its torch
+        ({"example": {"enabled": True, "image": {"tag": "latest"}}}, False, True),
+        ({"kineto": {"torchVersion": "2.8.0", "allowAffectedTorch": True}}, True, False),
+        (
+            {
+                "kineto": {"useDaemon": False, "torchVersion": "2.8.0"},
+                "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}},
+            },
+            False,
+            False,
+        ),
+    ],
+)
 def test_notes_warn_of_the_torch_hazard_where_it_may_apply(
-        tmp_path: Path, values: dict[str, Any], warning: bool, reminder: bool) -> None:
+    tmp_path: Path, values: dict[str, Any], warning: bool, reminder: bool
+) -> None:
     text = notes(tmp_path, values)
     assert ("WARNING (kineto.allowAffectedTorch): " + HAZARD in text) == warning
     assert ("Check the torch of the traced containers: " + HAZARD in text) == reminder
@@ -280,25 +381,37 @@ def test_notes_say_where_the_sidecar_goes(tmp_path: Path) -> None:
 # values.schema.json on the new values
 
 
-@pytest.mark.parametrize("values", [
-    {"warpwatch": {"sidecarMode": "auto"}}, {"warpwatch": {"sidecarMode": "native"}},
-    {"warpwatch": {"sidecarMode": "regular"}},
-    {"kineto": {"torchVersion": ""}}, {"kineto": {"torchVersion": "2.10.0"}},
-    {"kineto": {"torchVersion": "2.10.0+cu128"}}, {"kineto": {"torchVersion": "v2.11.1"}},
-    {"kineto": {"torchVersion": "2.13"}}, {"kineto": {"torchVersion": "2.9.1", "allowAffectedTorch": True}},
-], ids=lambda v: json.dumps(v, sort_keys=True))
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"warpwatch": {"sidecarMode": "auto"}},
+        {"warpwatch": {"sidecarMode": "native"}},
+        {"warpwatch": {"sidecarMode": "regular"}},
+        {"kineto": {"torchVersion": ""}},
+        {"kineto": {"torchVersion": "2.10.0"}},
+        {"kineto": {"torchVersion": "2.10.0+cu128"}},
+        {"kineto": {"torchVersion": "v2.11.1"}},
+        {"kineto": {"torchVersion": "2.13"}},
+        {"kineto": {"torchVersion": "2.9.1", "allowAffectedTorch": True}},
+    ],
+    ids=lambda v: json.dumps(v, sort_keys=True),
+)
 def test_the_schema_accepts_the_sidecar_and_torch_values(values: dict[str, Any]) -> None:
     proc = _helm("lint", "--strict", "CHART", "-f", "-", stdin=yaml.safe_dump(values))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize(("text", "complaint"), [
-    ("kineto:\n  torchVersion: 2.10\n", SchemaError("kineto.torchVersion", "type", "string")),
-    ("kineto:\n  torchVersion: latest\n", SchemaError("kineto.torchVersion", "pattern")),
-    ("kineto:\n  allowAffectedTorch: 1\n", SchemaError("kineto.allowAffectedTorch", "type", "boolean")),
-    ("warpwatch:\n  sidecarMode: Native\n", SchemaError("warpwatch.sidecarMode", "enum")),
-    ("warpwatch:\n  nativeSidecar: true\n", SchemaError("warpwatch.nativeSidecar", "additional")),
-], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ("kineto:\n  torchVersion: 2.10\n", SchemaError("kineto.torchVersion", "type", "string")),
+        ("kineto:\n  torchVersion: latest\n", SchemaError("kineto.torchVersion", "pattern")),
+        ("kineto:\n  allowAffectedTorch: 1\n", SchemaError("kineto.allowAffectedTorch", "type", "boolean")),
+        ("warpwatch:\n  sidecarMode: Native\n", SchemaError("warpwatch.sidecarMode", "enum")),
+        ("warpwatch:\n  nativeSidecar: true\n", SchemaError("warpwatch.nativeSidecar", "additional")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
 def test_the_schema_rejects_malformed_sidecar_and_torch_values(text: str, complaint: SchemaError) -> None:
     proc = _helm("lint", "--strict", "CHART", "-f", "-", stdin=text)
     assert proc.returncode != 0

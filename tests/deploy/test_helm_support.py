@@ -67,11 +67,21 @@ def test_helm_4_names_every_additional_property() -> None:
 
 @pytest.mark.slow  # a pytest of its own, about 2 s
 def test_without_helm_the_chart_tests_skip_and_say_how_to_get_it() -> None:
-    modules = ["tests/deploy/test_helm.py", "tests/deploy/test_helm_objects.py", "tests/deploy/test_helm_sidecar.py",
-               "tests/deploy/test_readme_kubernetes.py"]
+    modules = [
+        "tests/deploy/test_helm.py",
+        "tests/deploy/test_helm_objects.py",
+        "tests/deploy/test_helm_sidecar.py",
+        "tests/deploy/test_readme_kubernetes.py",
+    ]
     env = {**os.environ, "WARPWATCH_HELM": str(ROOT / "no-such-helm")}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *modules],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *modules],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     summary = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0 and "skipped" in summary, proc.stdout + proc.stderr
     assert "passed" not in summary and "failed" not in summary and "error" not in summary, summary

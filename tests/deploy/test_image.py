@@ -63,8 +63,13 @@ def image() -> str:
     if os.geteuid() != 0:
         _cannot("building and mounting images needs root here")
     # Cheap when nothing changed: the debootstrapped base is cached, podman reuses its layers.
-    proc = subprocess.run(["bash", str(ROOT / ".ci" / "build-image")], capture_output=True, text=True,
-                          timeout=1500, env={**os.environ, "WARPWATCH_IMAGE": IMAGE})
+    proc = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "build-image")],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "WARPWATCH_IMAGE": IMAGE},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return IMAGE
 
@@ -73,8 +78,12 @@ def image() -> str:
 def config(image: str) -> dict[str, Any]:
     """The image's config, plus what podman keeps beside it (size, HEALTHCHECK, manifest type)."""
     (info,) = json.loads(_run("podman", "image", "inspect", image).stdout)
-    return {**info["Config"], "_size": info["Size"], "Healthcheck": info.get("Healthcheck"),
-            "_manifest": info.get("ManifestType")}
+    return {
+        **info["Config"],
+        "_size": info["Size"],
+        "Healthcheck": info.get("Healthcheck"),
+        "_manifest": info.get("ManifestType"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +132,13 @@ def _agent_pids(port: int) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (len(argv) > 2 and os.path.basename(argv[0]).startswith(b"python") and argv[1].endswith(b"/warpwatch")
-                and argv[2] == b"run" and str(port).encode() in argv):
+        if (
+            len(argv) > 2
+            and os.path.basename(argv[0]).startswith(b"python")
+            and argv[1].endswith(b"/warpwatch")
+            and argv[2] == b"run"
+            and str(port).encode() in argv
+        ):
             found.append(int(entry.name))
     return found
 
@@ -147,19 +161,49 @@ def test_the_image_keeps_its_user_entrypoint_port_and_healthcheck(config: dict[s
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["WARPWATCH_TRACE_DIR"] == TRACE_DIR
     with capsys.disabled():
-        print(f"\nimage {IMAGE}: {config['_size'] / 1e6:.0f} MB ({config['_size']} bytes), user {config['User']}, "
-              f"entrypoint {config['Entrypoint']}, cmd {config.get('Cmd')}")
+        print(
+            f"\nimage {IMAGE}: {config['_size'] / 1e6:.0f} MB ({config['_size']} bytes), user {config['User']}, "
+            f"entrypoint {config['Entrypoint']}, cmd {config.get('Cmd')}"
+        )
 
 
 def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples_as_the_image_user(
-        config: dict[str, Any], container: str, capsys: Any) -> None:
+    config: dict[str, Any], container: str, capsys: Any
+) -> None:
     port = _free_port()
-    argv = [*config["Entrypoint"], *(config.get("Cmd") or []),
-            "--source", f"replay:{SAMPLES_IN_IMAGE}", "--address", "127.0.0.1", "--port", str(port),
-            "--period", "10s", "--jitter", "0s"]
+    argv = [
+        *config["Entrypoint"],
+        *(config.get("Cmd") or []),
+        "--source",
+        f"replay:{SAMPLES_IN_IMAGE}",
+        "--address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--period",
+        "10s",
+        "--jitter",
+        "0s",
+    ]
     proc = subprocess.Popen(
-        ["buildah", "run", "--isolation", "chroot", "--network", "host", "--user", config["User"], container,
-         "--", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [
+            "buildah",
+            "run",
+            "--isolation",
+            "chroot",
+            "--network",
+            "host",
+            "--user",
+            config["User"],
+            container,
+            "--",
+            *argv,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         status, body = 0, ""
@@ -175,9 +219,26 @@ def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples
             time.sleep(0.3)
             metrics = _get(f"http://127.0.0.1:{port}/metrics")[1]
         # The image's own HEALTHCHECK command, run inside the image while the agent serves.
-        check = subprocess.run(["buildah", "run", "--isolation", "chroot", "--network", "host", "--user",
-                                config["User"], "--env", f"WARPWATCH_PORT={port}", container, "--",
-                                *config["Healthcheck"]["Test"][1:]], capture_output=True, text=True, timeout=60)
+        check = subprocess.run(
+            [
+                "buildah",
+                "run",
+                "--isolation",
+                "chroot",
+                "--network",
+                "host",
+                "--user",
+                config["User"],
+                "--env",
+                f"WARPWATCH_PORT={port}",
+                container,
+                "--",
+                *config["Healthcheck"]["Test"][1:],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert check.returncode == 0, check.stdout + check.stderr
         # Who serves: the agent process itself runs as the image's user, with no capabilities.
         agent = _agent_pids(port)
@@ -192,11 +253,19 @@ def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples
         reported = [line for line in kernel_lines if line.startswith("warpwatch_kernel_reported_warps_per_sm_min{")]
         assert any(float(line.rsplit(" ", 1)[1]) < 0 for line in reported), reported
         with capsys.disabled():
-            print(f"\nimage run: agent pid {agent[0]} uid/gid {AGENT_UID}/{AGENT_GID}, no capabilities; "
-                  f"/healthz {status} {body.strip()!r}; HEALTHCHECK exit 0; first metric lines:")
-            shown = [line for line in metrics.splitlines() if re.match(
-                r"warpwatch_(kernel_(warps_per_sm|reported_warps_per_sm_min)\{.*vectorized_elementwise|gpu_busy_ratio"
-                r"|profiler_artifacts_total\{.*sm_count_invalid)", line)]
+            print(
+                f"\nimage run: agent pid {agent[0]} uid/gid {AGENT_UID}/{AGENT_GID}, no capabilities; "
+                f"/healthz {status} {body.strip()!r}; HEALTHCHECK exit 0; first metric lines:"
+            )
+            shown = [
+                line
+                for line in metrics.splitlines()
+                if re.match(
+                    r"warpwatch_(kernel_(warps_per_sm|reported_warps_per_sm_min)\{.*vectorized_elementwise|gpu_busy_ratio"
+                    r"|profiler_artifacts_total\{.*sm_count_invalid)",
+                    line,
+                )
+            ]
             for line in shown:
                 print("  " + line)
         # SIGTERM to the agent (buildah run does not forward signals): a clean exit.
@@ -222,8 +291,9 @@ def _writable_by(st: os.stat_result, uid: int, gid: int) -> bool:
     return bool(st.st_mode & stat.S_IWOTH)
 
 
-def test_nothing_in_the_image_is_writable_by_its_user_but_the_trace_folder(rootfs: Path, container: str,
-                                                                            config: dict[str, Any]) -> None:
+def test_nothing_in_the_image_is_writable_by_its_user_but_the_trace_folder(
+    rootfs: Path, container: str, config: dict[str, Any]
+) -> None:
     # Every file of the image's filesystem, read from outside (root sees every folder). /dev, /proc and
     # /sys are replaced by the runtime: left out.
     writable = []
@@ -237,8 +307,21 @@ def test_nothing_in_the_image_is_writable_by_its_user_but_the_trace_folder(rootf
                 writable.append(os.path.join(rel, name).replace("//", "/"))
     assert writable == [TRACE_DIR]
     # The same question asked inside, by the kernel, as the image's user.
-    proc = _run("buildah", "run", "--isolation", "chroot", "--user", config["User"], container, "--",
-                "find", "/", "-xdev", "-writable", check=False)
+    proc = _run(
+        "buildah",
+        "run",
+        "--isolation",
+        "chroot",
+        "--user",
+        config["User"],
+        container,
+        "--",
+        "find",
+        "/",
+        "-xdev",
+        "-writable",
+        check=False,
+    )
     assert proc.stdout.split() == [TRACE_DIR], proc.stdout + proc.stderr
 
 
@@ -257,16 +340,35 @@ def test_no_torch_and_no_compiler_in_the_image(rootfs: Path, container: str) -> 
             if base in COMPILERS:
                 found.append(f"/{folder}/{entry.name}")
     assert found == []
-    proc = _run("buildah", "run", "--isolation", "chroot", container, "--", "python3", "-c",
-                "import importlib.util as u; print(u.find_spec('torch') is None)")
+    proc = _run(
+        "buildah",
+        "run",
+        "--isolation",
+        "chroot",
+        container,
+        "--",
+        "python3",
+        "-c",
+        "import importlib.util as u; print(u.find_spec('torch') is None)",
+    )
     assert proc.stdout.strip() == "True"
 
 
 def test_the_image_reads_traces_with_the_compiled_scanner(container: str) -> None:
     """The builder stage compiled warpwatch's C extension (and its compiler stayed there: the test
     above); the image's Python loads it, so the agent reads with it (tests/trace/test_gpuscan.py)."""
-    proc = _run("buildah", "run", "--isolation", "chroot", "--user", "65532:65532", container, "--",
-                "/opt/warpwatch/venv/bin/python", "-c",
-                "from warpwatch.trace import skim, _gpuscan; print(skim.NATIVE, _gpuscan.__file__)")
+    proc = _run(
+        "buildah",
+        "run",
+        "--isolation",
+        "chroot",
+        "--user",
+        "65532:65532",
+        container,
+        "--",
+        "/opt/warpwatch/venv/bin/python",
+        "-c",
+        "from warpwatch.trace import skim, _gpuscan; print(skim.NATIVE, _gpuscan.__file__)",
+    )
     native, where = proc.stdout.split()
     assert native == "True" and where.startswith("/opt/warpwatch/venv/lib/"), proc.stdout + proc.stderr

@@ -44,7 +44,7 @@ pytestmark = needs_helm
 def _section() -> str:
     text = README.read_text(encoding="utf-8")
     start = text.index("\n## Kubernetes: from nothing to a traced vLLM\n")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def _blocks(lang: str) -> list[str]:
@@ -78,17 +78,28 @@ def _helm(*args: str, cwd: Path, env: dict[str, str]) -> str:
 
 def _isolated(tmp: Path) -> dict[str, str]:
     assert HELM is not None
-    return {"HELM_CONFIG_HOME": str(tmp / ".helm/config"), "HELM_CACHE_HOME": str(tmp / ".helm/cache"),
-            "HELM_DATA_HOME": str(tmp / ".helm/data"), "HOME": str(tmp),
-            "PATH": f"{Path(HELM).parent}:/usr/bin:/bin"}
+    return {
+        "HELM_CONFIG_HOME": str(tmp / ".helm/config"),
+        "HELM_CACHE_HOME": str(tmp / ".helm/cache"),
+        "HELM_DATA_HOME": str(tmp / ".helm/data"),
+        "HOME": str(tmp),
+        "PATH": f"{Path(HELM).parent}:/usr/bin:/bin",
+    }
 
 
 def _install_as_template(command: list[str], *, monitoring: bool, kube_version: str = KUBE_VERSION) -> list[str]:
     """`helm install NAME CHART [flags]` as `helm template` with the same name, chart and flags."""
     assert command[:2] == ["helm", "install"]
     flags = [f for f in command[4:] if f != "--create-namespace"]
-    return ["template", command[2], command[3], *flags, "--kube-version", kube_version,
-            *(("--api-versions", CRD_GROUP) if monitoring else ())]
+    return [
+        "template",
+        command[2],
+        command[3],
+        *flags,
+        "--kube-version",
+        kube_version,
+        *(("--api-versions", CRD_GROUP) if monitoring else ()),
+    ]
 
 
 def _validate(objs: list[dict[str, Any]], kube_version: str = KUBE_VERSION) -> None:
@@ -117,13 +128,12 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
-def _render(workdir: Path, command: list[str], *, monitoring: bool,
-            kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
+def _render(
+    workdir: Path, command: list[str], *, monitoring: bool, kube_version: str = KUBE_VERSION
+) -> list[dict[str, Any]]:
     env = _isolated(workdir)
-    _helm("lint", "--strict", command[3], *[f for f in command[4:] if f != "--create-namespace"],
-          cwd=workdir, env=env)
-    text = _helm(*_install_as_template(command, monitoring=monitoring, kube_version=kube_version),
-                 cwd=workdir, env=env)
+    _helm("lint", "--strict", command[3], *[f for f in command[4:] if f != "--create-namespace"], cwd=workdir, env=env)
+    text = _helm(*_install_as_template(command, monitoring=monitoring, kube_version=kube_version), cwd=workdir, env=env)
     return [d for d in yaml.safe_load_all(text) if d]
 
 
@@ -143,8 +153,15 @@ def _env(c: dict[str, Any]) -> dict[str, str]:
 def test_the_section_shows_every_file_and_step() -> None:
     assert set(_files()) == {"my-vllm/Chart.yaml", "my-vllm/values.yaml", "my-vllm/templates/deployment.yaml"}
     starts = [c.split()[0:2] for c in _commands()]
-    for step in (["helm", "repo"], ["docker", "build"], ["docker", "push"], ["helm", "dependency"],
-                 ["helm", "install"], ["kubectl", "-n"], ["curl", "-s"]):
+    for step in (
+        ["helm", "repo"],
+        ["docker", "build"],
+        ["docker", "push"],
+        ["helm", "dependency"],
+        ["helm", "install"],
+        ["kubectl", "-n"],
+        ["curl", "-s"],
+    ):
         assert step in starts, step
 
 
@@ -187,8 +204,7 @@ def test_the_vllm_release_renders_a_traced_vllm_pod_scraped_by_kube_prometheus_s
     (rule,) = _by(objs, "PrometheusRule")
     assert monitor["metadata"]["labels"]["release"] == kps_release == rule["metadata"]["labels"]["release"]
     assert all(template["metadata"]["labels"].get(k) == v for k, v in service["spec"]["selector"].items())
-    assert all(service["metadata"]["labels"].get(k) == v
-               for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    assert all(service["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
     dashboards = [c for c in _by(objs, "ConfigMap") if c["metadata"]["labels"].get("grafana_dashboard") == "1"]
     titles = {json.loads(next(iter(c["data"].values())))["title"] for c in dashboards}
     assert len(dashboards) == len(list((ROOT / "dashboards").glob("*.json")))
@@ -235,11 +251,18 @@ def test_the_vllm_image_has_a_torch_that_survives_the_daemon_and_the_values_decl
     values["warpwatch"]["kineto"]["torchVersion"] = VLLM_TORCH["v0.10.1"]
     (older / "my-vllm" / "values.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
     assert HELM is not None
-    proc = subprocess.run([HELM, *_install_as_template(_command("helm install serve "), monitoring=True)],
-                          cwd=older, env=_isolated(older), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [HELM, *_install_as_template(_command("helm install serve "), monitoring=True)],
+        cwd=older,
+        env=_isolated(older),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
-    assert ("kineto.torchVersion is torch 2.7.1: torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1"
-            in proc.stderr)
+    assert (
+        "kineto.torchVersion is torch 2.7.1: torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1" in proc.stderr
+    )
     assert "pytorch/pytorch#163545" in _section()
 
 
@@ -251,12 +274,15 @@ def test_without_the_operators_api_the_release_renders_no_monitoring_objects(wor
 
 
 def test_the_commented_nvml_setting_gives_the_sidecar_the_nodes_gpus_without_a_second_gpu(
-        workdir: Path, tmp_path: Path) -> None:
+    workdir: Path, tmp_path: Path
+) -> None:
     values = (workdir / "my-vllm" / "values.yaml").read_text(encoding="utf-8")
     commented = re.search(r"\n  # warpwatch:\n((?:  #.*\n)+)", values)
     assert commented, "the NVIDIA_VISIBLE_DEVICES lines are gone from my-vllm/values.yaml"
-    enabled = values.replace(commented.group(0), "\n  warpwatch:\n" + "".join(
-        line.replace("  # ", "  ", 1) + "\n" for line in commented.group(1).splitlines()))
+    enabled = values.replace(
+        commented.group(0),
+        "\n  warpwatch:\n" + "".join(line.replace("  # ", "  ", 1) + "\n" for line in commented.group(1).splitlines()),
+    )
     shutil.copytree(workdir / "my-vllm", tmp_path / "my-vllm")
     shutil.copytree(workdir / "helm", tmp_path / "helm")
     shutil.copytree(workdir / "warpwatch", tmp_path / "warpwatch")
@@ -284,12 +310,20 @@ def test_graph_replayed_kernels_are_unknown_not_zero_and_still_timed(tmp_path: P
     """What the section says of CUDA graphs: no grid/block -> warps and occupancy unknown, time kept."""
     import sys
 
-    doc = trace_doc([span(0, 1000),
-                     kernel("graph_kernel", ts=100, dur=50, grid=None, block=None),
-                     kernel("eager_kernel", ts=300, dur=50, grid=(264, 1, 1), block=(128, 1, 1))])
+    doc = trace_doc(
+        [
+            span(0, 1000),
+            kernel("graph_kernel", ts=100, dur=50, grid=None, block=None),
+            kernel("eager_kernel", ts=300, dur=50, grid=(264, 1, 1), block=(128, 1, 1)),
+        ]
+    )
     path = write(tmp_path / "graph.json", doc)
-    proc = subprocess.run([sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     (trace,) = json.loads(proc.stdout)["traces"]
     kernels = {k["name"]: k for k in trace["kernels"]}

@@ -46,15 +46,30 @@ def test_an_exemplar_resolves_to_the_kept_trace_that_shows_the_drop(tmp_path: Pa
         pytest.skip("prometheus is not installed (apt-get install prometheus); CI installs it")
     traces = tmp_path / "traces"
     traces.mkdir()
-    agent = Agent("--source", f"dir:{traces}", "--evidence-dir", str(tmp_path / "ev"), "--period", "300ms",
-                  "--window", "20ms", "--jitter", "0", "--allow-high-duty")
-    scrape = ("  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: warpwatch\n"
-              f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n")
+    agent = Agent(
+        "--source",
+        f"dir:{traces}",
+        "--evidence-dir",
+        str(tmp_path / "ev"),
+        "--period",
+        "300ms",
+        "--window",
+        "20ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+    )
+    scrape = (
+        "  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: warpwatch\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{agent.port}']\n"
+    )
     try:
         with prometheus(tmp_path / "data", scrape, flags=["--enable-feature=exemplar-storage"]) as (url, _):
             for i, blocks in enumerate((16, 16, 16, 10)):
-                write(traces / f"w{i}.pt.trace.json",
-                      trace_doc([span(0, 1000), kernel("gemm", ts=100, dur=100, grid=(132 * blocks, 1, 1))]))
+                write(
+                    traces / f"w{i}.pt.trace.json",
+                    trace_doc([span(0, 1000), kernel("gemm", ts=100, dur=100, grid=(132 * blocks, 1, 1))]),
+                )
                 agent.wait_for(lambda s, n=i + 1: ok_windows(s) == n)
             metric = md.exposed_name(md.GPU_BUSY_SECONDS)
             deadline = time.monotonic() + 30

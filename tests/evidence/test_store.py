@@ -57,7 +57,8 @@ def test_the_oldest_windows_go_first_at_the_file_bound(tmp_path: Path) -> None:
     ids = [store.keep(trace(tmp_path, f"t{i}", 1000), {"n": i}).id for i in range(5)]
     assert [k.id for k in store.windows()] == ids[2:]
     assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == sorted(
-        kid + suffix for kid in ids[2:] for suffix in (TRACE_SUFFIX, META_SUFFIX))
+        kid + suffix for kid in ids[2:] for suffix in (TRACE_SUFFIX, META_SUFFIX)
+    )
 
 
 def test_the_byte_bound_holds_after_every_keep(tmp_path: Path) -> None:
@@ -112,8 +113,17 @@ def test_a_restarted_store_takes_in_what_was_kept_and_holds_the_bounds(tmp_path:
     assert second.keep(trace(tmp_path, "t9", 500), {}).id == "20251205T080000Z-000005"
 
 
-@pytest.mark.parametrize("text", ["", "..", "../etc/passwd", "20251205T080000Z-000001/../x",
-                                  "20251205T080000Z-00001", "20251205T080000Z-000001.meta.json"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "..",
+        "../etc/passwd",
+        "20251205T080000Z-000001/../x",
+        "20251205T080000Z-00001",
+        "20251205T080000Z-000001.meta.json",
+    ],
+)
 def test_nothing_but_an_id_names_a_kept_trace(tmp_path: Path, text: str) -> None:
     store = EvidenceStore(tmp_path / "ev", 1 << 20, 10, clock)
     store.keep(trace(tmp_path, "t", 100), {})

@@ -23,11 +23,16 @@ def empty_window(window_us: float = W) -> WindowResult:
 
 
 def three_kernels() -> WindowResult:
-    return ok(window([
-        kernel("gemm", 300_000.0, launches=30.0, warps_per_sm=8.0, estimated_occupancy=0.5),
-        kernel("attn", 100_000.0, launches=10.0, warps_per_sm=16.0),
-        kernel("copy", 20_000.0, launches=400.0),
-    ], [device(busy=0.4, resident=6.0, longest=90_000.0)]))
+    return ok(
+        window(
+            [
+                kernel("gemm", 300_000.0, launches=30.0, warps_per_sm=8.0, estimated_occupancy=0.5),
+                kernel("attn", 100_000.0, launches=10.0, warps_per_sm=16.0),
+                kernel("copy", 20_000.0, launches=400.0),
+            ],
+            [device(busy=0.4, resident=6.0, longest=90_000.0)],
+        )
+    )
 
 
 def test_a_round_adds_its_corrected_sums_and_other_completes_every_gpus_kernel_time() -> None:
@@ -52,8 +57,9 @@ def test_a_round_adds_its_corrected_sums_and_other_completes_every_gpus_kernel_t
     assert value(reg, md.KERNEL_WARPS_PER_SM_SECONDS, **other) == pytest.approx(2 * 0.1 * 16.0)
     assert value(reg, md.KERNEL_LAUNCHES_ESTIMATED, **other) == pytest.approx(2 * 410)
     # a kernel's mean is the ratio of its counters: 8 warps per SM for gemm
-    assert (value(reg, md.KERNEL_WARPS_PER_SM_SECONDS, **gemm) / value(reg, md.KERNEL_SECONDS, **gemm)
-            == pytest.approx(8.0))
+    assert value(reg, md.KERNEL_WARPS_PER_SM_SECONDS, **gemm) / value(reg, md.KERNEL_SECONDS, **gemm) == pytest.approx(
+        8.0
+    )
     assert value(reg, md.GPU_LONGEST_KERNEL_RATIO, gpu="0") == pytest.approx(0.09)
 
 
@@ -85,8 +91,10 @@ def test_processes_side_by_side_on_one_gpu_add_their_kernel_time_but_not_their_w
     builder = SnapshotBuilder(top_kernels=5)
 
     def both() -> list[WindowResult]:
-        return [ok(window([kernel("gemm", 200_000.0)], [device(busy=0.2)]), process="rank0"),
-                ok(window([kernel("gemm", 300_000.0)], [device(busy=0.3)]), process="rank1")]
+        return [
+            ok(window([kernel("gemm", 200_000.0)], [device(busy=0.2)]), process="rank0"),
+            ok(window([kernel("gemm", 300_000.0)], [device(busy=0.3)]), process="rank1"),
+        ]
 
     publish(builder, *both())
     reg = publish(builder, *both())

@@ -40,9 +40,17 @@ GOLDEN = Path(__file__).parent / "golden" / "metrics.prom"
 
 
 def test_a_single_window_is_exported_exactly_as_analysed() -> None:
-    k = kernel("ampere_sgemm_32x32_sliced1x4_tn", 250_000.0, samples=40, warps_per_sm=19.5,
-               resident_warps_per_sm=9.75, theoretical_occupancy=0.25, estimated_occupancy=0.15,
-               waves_per_sm=1.2, reported_warps_per_sm_min=-3.0)
+    k = kernel(
+        "ampere_sgemm_32x32_sliced1x4_tn",
+        250_000.0,
+        samples=40,
+        warps_per_sm=19.5,
+        resident_warps_per_sm=9.75,
+        theoretical_occupancy=0.25,
+        estimated_occupancy=0.15,
+        waves_per_sm=1.2,
+        reported_warps_per_sm_min=-3.0,
+    )
     reg = publish(gauged(top_kernels=50), ok(window([k], [device(busy=0.4, resident=12.0)])))
     labels = {"gpu": "0", "kernel": "ampere_sgemm_32x32_sliced1x4_tn"}
     assert value(reg, md.KERNEL_WARPS_PER_SM, **labels) == 19.5
@@ -57,19 +65,44 @@ def test_a_single_window_is_exported_exactly_as_analysed() -> None:
     assert value(reg, md.GPU_BUSY, gpu="0") == 0.4
     assert value(reg, md.GPU_RESIDENT_WARPS_PER_SM, gpu="0") == 12.0
     assert value(reg, md.GPU_ESTIMATED_OCCUPANCY, gpu="0") == 12.0 / 64
-    assert value(reg, md.GPU_INFO, gpu="0", name="NVIDIA H100 80GB HBM3", compute_capability="9.0",
-                 sms="132", vendor="nvidia", uuid="") == 1.0
+    assert (
+        value(
+            reg,
+            md.GPU_INFO,
+            gpu="0",
+            name="NVIDIA H100 80GB HBM3",
+            compute_capability="9.0",
+            sms="132",
+            vendor="nvidia",
+            uuid="",
+        )
+        == 1.0
+    )
     # From the label to the full name in one step.
-    assert value(reg, md.KERNEL_INFO, gpu="0", kernel="ampere_sgemm_32x32_sliced1x4_tn",
-                 name="ampere_sgemm_32x32_sliced1x4_tn") == 1.0
+    assert (
+        value(
+            reg,
+            md.KERNEL_INFO,
+            gpu="0",
+            kernel="ampere_sgemm_32x32_sliced1x4_tn",
+            name="ampere_sgemm_32x32_sliced1x4_tn",
+        )
+        == 1.0
+    )
 
 
 def test_unknown_values_export_no_sample_never_zero() -> None:
     k = kernel("rocm_kernel", 1000.0)  # every mean unknown, as for a kernel without grid/block
     reg = publish(gauged(top_kernels=50), ok(window([k], [device(resident=None, props=None)])))
     labels = {"gpu": "0", "kernel": "rocm_kernel"}
-    for m in (md.KERNEL_WARPS_PER_SM, md.KERNEL_RESIDENT_WARPS_PER_SM, md.KERNEL_THEORETICAL_OCCUPANCY,
-              md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM, md.KERNEL_REPORTED_WARPS_MIN):
+    for m in (
+        md.KERNEL_WARPS_PER_SM,
+        md.KERNEL_RESIDENT_WARPS_PER_SM,
+        md.KERNEL_THEORETICAL_OCCUPANCY,
+        md.KERNEL_ESTIMATED_OCCUPANCY,
+        md.KERNEL_WAVES_PER_SM,
+        md.KERNEL_REPORTED_WARPS_MIN,
+    ):
         assert value(reg, m, **labels) is None, m.name
     assert value(reg, md.KERNEL_TIME_SHARE, **labels) == 0.001
     assert value(reg, md.GPU_RESIDENT_WARPS_PER_SM, gpu="0") is None
@@ -83,10 +116,15 @@ def test_kernels_beyond_top_k_fold_into_other() -> None:
     ks = [
         kernel("a", 400.0, samples=4, warps_per_sm=10.0),
         kernel("b", 300.0, samples=3, warps_per_sm=20.0),
-        kernel("c", 20.0, samples=2, warps_per_sm=0.6, reported_warps_per_sm_min=5.0,
-               artifacts={"unrounded_warps": 2}),
-        kernel("d", 50.0, samples=5, warps_per_sm=1.0, reported_warps_per_sm_min=-1.0,
-               artifacts={"unrounded_warps": 1, "negative_warps_per_sm": 5}),
+        kernel("c", 20.0, samples=2, warps_per_sm=0.6, reported_warps_per_sm_min=5.0, artifacts={"unrounded_warps": 2}),
+        kernel(
+            "d",
+            50.0,
+            samples=5,
+            warps_per_sm=1.0,
+            reported_warps_per_sm_min=-1.0,
+            artifacts={"unrounded_warps": 1, "negative_warps_per_sm": 5},
+        ),
         kernel("e", 10.0, samples=1),  # warps unknown: no weight in the mean
     ]
     builder = gauged(top_kernels=2)
@@ -163,8 +201,10 @@ def test_gpus_not_in_a_round_keep_their_last_window() -> None:
 
 def test_two_processes_on_one_gpu_add_their_rates() -> None:
     a = window([kernel("gemm", 300_000.0, samples=3, warps_per_sm=8.0)], [device(busy=0.5, resident=10.0)])
-    b = window([kernel("gemm", 100_000.0, samples=1, warps_per_sm=4.0), kernel("copy", 50_000.0)],
-               [device(busy=0.7, resident=60.0)])
+    b = window(
+        [kernel("gemm", 100_000.0, samples=1, warps_per_sm=4.0), kernel("copy", 50_000.0)],
+        [device(busy=0.7, resident=60.0)],
+    )
     merged = merge_round([("p1", a), ("p2", b)])[0]
     gemm = next(k for k in merged.kernels if k.name == "gemm")
     assert gemm.time_share == pytest.approx(0.3 + 0.1)
@@ -206,30 +246,69 @@ def test_nvml_is_down_by_default_and_reports_when_up() -> None:
     reg = publish(builder)
     assert value(reg, md.NVML_UP) == 0.0
     assert value(reg, md.NVML_SM_OCCUPANCY, gpu="0") is None
-    builder.set_nvml(True, [NvmlSample("0", sm_occupancy=0.42, utilization=0.9)],
-                     {"0": GpuInfo("0", "NVIDIA H200", "9.0", "132", "nvidia", "GPU-1")})
+    builder.set_nvml(
+        True,
+        [NvmlSample("0", sm_occupancy=0.42, utilization=0.9)],
+        {"0": GpuInfo("0", "NVIDIA H200", "9.0", "132", "nvidia", "GPU-1")},
+    )
     reg = publish(builder)
     assert value(reg, md.NVML_UP) == 1.0
     assert value(reg, md.NVML_SM_OCCUPANCY, gpu="0") == 0.42
     assert value(reg, md.NVML_GPU_UTILIZATION, gpu="0") == 0.9
-    assert value(reg, md.GPU_INFO, gpu="0", name="NVIDIA H200", compute_capability="9.0", sms="132",
-                 vendor="nvidia", uuid="GPU-1") == 1.0
+    assert (
+        value(
+            reg,
+            md.GPU_INFO,
+            gpu="0",
+            name="NVIDIA H200",
+            compute_capability="9.0",
+            sms="132",
+            vendor="nvidia",
+            uuid="GPU-1",
+        )
+        == 1.0
+    )
     # The traced process's own device properties win for its gpu index.
     reg = publish(builder, ok(window([kernel("a", 1.0)], [device()])))
-    assert value(reg, md.GPU_INFO, gpu="0", name="NVIDIA H100 80GB HBM3", compute_capability="9.0",
-                 sms="132", vendor="nvidia", uuid="") == 1.0
-    assert value(reg, md.GPU_INFO, gpu="0", name="NVIDIA H200", compute_capability="9.0", sms="132",
-                 vendor="nvidia", uuid="GPU-1") is None
+    assert (
+        value(
+            reg,
+            md.GPU_INFO,
+            gpu="0",
+            name="NVIDIA H100 80GB HBM3",
+            compute_capability="9.0",
+            sms="132",
+            vendor="nvidia",
+            uuid="",
+        )
+        == 1.0
+    )
+    assert (
+        value(
+            reg,
+            md.GPU_INFO,
+            gpu="0",
+            name="NVIDIA H200",
+            compute_capability="9.0",
+            sms="132",
+            vendor="nvidia",
+            uuid="GPU-1",
+        )
+        is None
+    )
 
 
 def test_long_and_colliding_kernel_names_get_bounded_distinct_labels() -> None:
-    a = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-         "at::detail::Array<char*, 1> >(int)")
-    b = ("void at::native::vectorized_elementwise_kernel<4, at::native::AbsFunctor<float>, "
-         "at::detail::Array<char*, 2> >(int)")
+    a = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "at::detail::Array<char*, 1> >(int)"
+    )
+    b = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::AbsFunctor<float>, "
+        "at::detail::Array<char*, 2> >(int)"
+    )
     reg = publish(gauged(top_kernels=5), ok(window([kernel(a, 2.0), kernel(b, 1.0)], [device()])))
-    labels = {s.labels["kernel"] for fam in reg.collect() if fam.name == md.KERNEL_TIME_SHARE.name
-              for s in fam.samples}
+    labels = {s.labels["kernel"] for fam in reg.collect() if fam.name == md.KERNEL_TIME_SHARE.name for s in fam.samples}
     assert labels == {  # the functor tells them apart (warpwatch.names.labels)
         "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1>>",
         "at::native::vectorized_elementwise_kernel<4, at::native::AbsFunctor<float>, at::detail::Array<char*, 2>>",
@@ -251,8 +330,13 @@ def test_counters_never_go_back_when_series_are_bounded() -> None:
     seen: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for i in range(30):
         reg = publish(builder, ok(window([kernel(f"k{i % 12}", 1.0 + i % 5, samples=2)], [device()])))
-        samples = [(fam.name, s) for fam in reg.collect() if fam.name.startswith("warpwatch_kernel_")
-                   and fam.type == "counter" for s in fam.samples if s.name.endswith("_total")]
+        samples = [
+            (fam.name, s)
+            for fam in reg.collect()
+            if fam.name.startswith("warpwatch_kernel_") and fam.type == "counter"
+            for s in fam.samples
+            if s.name.endswith("_total")
+        ]
         for name in {n for n, _ in samples}:
             assert len([s for n, s in samples if n == name]) <= 4
         for name, s in samples:
@@ -275,15 +359,25 @@ def test_the_histogram_counts_every_processed_window() -> None:
 
 # --------------------------------------------------------------------------------------------- exposition
 
+
 def _kernel_rows(*rows: tuple[str, str, tuple[float | None, ...]]) -> dict[md.MetricDef, tuple[Sample, ...]]:
     """Per-kernel gauge samples from (gpu, kernel, values in the order of `KERNEL_GAUGES`); None: no sample."""
-    return {m: tuple(((gpu, kernel), v[i]) for gpu, kernel, v in rows if v[i] is not None)
-            for i, m in enumerate(KERNEL_GAUGES)}
+    return {
+        m: tuple(((gpu, kernel), v[i]) for gpu, kernel, v in rows if v[i] is not None)
+        for i, m in enumerate(KERNEL_GAUGES)
+    }
 
 
-KERNEL_GAUGES = (md.KERNEL_WARPS_PER_SM, md.KERNEL_RESIDENT_WARPS_PER_SM, md.KERNEL_THEORETICAL_OCCUPANCY,
-                 md.KERNEL_ESTIMATED_OCCUPANCY, md.KERNEL_WAVES_PER_SM, md.KERNEL_TIME_SHARE, md.KERNEL_LAUNCH_RATE,
-                 md.KERNEL_REPORTED_WARPS_MIN)
+KERNEL_GAUGES = (
+    md.KERNEL_WARPS_PER_SM,
+    md.KERNEL_RESIDENT_WARPS_PER_SM,
+    md.KERNEL_THEORETICAL_OCCUPANCY,
+    md.KERNEL_ESTIMATED_OCCUPANCY,
+    md.KERNEL_WAVES_PER_SM,
+    md.KERNEL_TIME_SHARE,
+    md.KERNEL_LAUNCH_RATE,
+    md.KERNEL_REPORTED_WARPS_MIN,
+)
 SGEMM, ELEMENTWISE = "ampere_sgemm_32x32_sliced1x4_tn", "at::native::vectorized_elementwise_kernel"
 TRITON, A100 = "triton_poi_fused_add_cos_sin_0", "NVIDIA A100-SXM4-80GB"
 FIXED = Snapshot(
@@ -301,18 +395,32 @@ FIXED = Snapshot(
         md.GPU_BUSY: ((("0",), 0.875), (("1",), 0.0625)),
         md.GPU_LONGEST_KERNEL_RATIO: ((("0",), 0.125), (("1",), 0.75)),
         md.GPU_LOW_CONFIDENCE: ((("0",), 0.0), (("1",), 1.0)),
-        **{m: ((("0",), v0), (("1",), v1)) for m, v0, v1 in (
-            (md.GPU_OBSERVED_SECONDS, 120.0, 120.0), (md.GPU_BUSY_SECONDS, 105.0, 7.5),
-            (md.GPU_RESIDENT_WARPS_SECONDS, 4800.0, 0.0), (md.GPU_EMPTY_SECONDS, 3.0, 60.0),
-            (md.GPU_LOW_CONFIDENCE_SECONDS, 0.0, 12.0))},
-        **{m: ((("0", SGEMM), sgemm), (("0", OTHER), other), (("1", TRITON), triton)) for m, sgemm, other, triton in (
-            (md.KERNEL_SECONDS, 30.0, 1.2, 0.24), (md.KERNEL_LAUNCHES_ESTIMATED, 4800.0, 1500.0, 120000.0),
-            (md.KERNEL_WARPS_PER_SM_SECONDS, 585.0, 2.4, 0.12),
-            (md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS, 292.5, 1.8, 0.12),
-            (md.KERNEL_THEORETICAL_OCCUPANCY_SECONDS, 7.5, 0.0, 0.0),
-            (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 4.5, 0.0, 0.0), (md.KERNEL_WAVES_PER_SM_SECONDS, 37.5, 0.0, 0.0))},
-        md.GPU_INFO: ((("0", A100, "8.0", "108", "nvidia", "GPU-6f1d1a2e-5b7c-4e0d-9a3f-2c8b7e6d5f41"), 1.0),
-                      (("1", A100, "8.0", "108", "nvidia", ""), 1.0)),
+        **{
+            m: ((("0",), v0), (("1",), v1))
+            for m, v0, v1 in (
+                (md.GPU_OBSERVED_SECONDS, 120.0, 120.0),
+                (md.GPU_BUSY_SECONDS, 105.0, 7.5),
+                (md.GPU_RESIDENT_WARPS_SECONDS, 4800.0, 0.0),
+                (md.GPU_EMPTY_SECONDS, 3.0, 60.0),
+                (md.GPU_LOW_CONFIDENCE_SECONDS, 0.0, 12.0),
+            )
+        },
+        **{
+            m: ((("0", SGEMM), sgemm), (("0", OTHER), other), (("1", TRITON), triton))
+            for m, sgemm, other, triton in (
+                (md.KERNEL_SECONDS, 30.0, 1.2, 0.24),
+                (md.KERNEL_LAUNCHES_ESTIMATED, 4800.0, 1500.0, 120000.0),
+                (md.KERNEL_WARPS_PER_SM_SECONDS, 585.0, 2.4, 0.12),
+                (md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS, 292.5, 1.8, 0.12),
+                (md.KERNEL_THEORETICAL_OCCUPANCY_SECONDS, 7.5, 0.0, 0.0),
+                (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 4.5, 0.0, 0.0),
+                (md.KERNEL_WAVES_PER_SM_SECONDS, 37.5, 0.0, 0.0),
+            )
+        },
+        md.GPU_INFO: (
+            (("0", A100, "8.0", "108", "nvidia", "GPU-6f1d1a2e-5b7c-4e0d-9a3f-2c8b7e6d5f41"), 1.0),
+            (("1", A100, "8.0", "108", "nvidia", ""), 1.0),
+        ),
         md.KERNEL_INFO: ((("0", SGEMM, SGEMM), 1.0), (("1", TRITON, TRITON), 1.0)),
         md.WINDOWS: ((("ok",), 3.0), (("empty",), 1.0), (("failed",), 2.0), (("timed_out",), 0.0)),
         md.ERRORS: tuple(((stage, reason), 0.0) for stage, reason in FAULTS),
@@ -348,8 +456,9 @@ def test_promtool_finds_nothing_to_complain_about() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (apt-get install prometheus); CI installs it")
-    result = subprocess.run([promtool, "check", "metrics"], input=fixed_text(), capture_output=True, text=True,
-                            timeout=30, check=False)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=fixed_text(), capture_output=True, text=True, timeout=30, check=False
+    )
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
@@ -362,8 +471,10 @@ def test_openmetrics_is_served_when_the_scraper_asks_for_it() -> None:
     assert text.endswith("# EOF\n")
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["warpwatch_windows"].type == "counter"
-    assert any(s.name == "warpwatch_windows_total" and s.labels == {"outcome": "failed"} and s.value == 2.0
-               for s in families["warpwatch_windows"].samples)
+    assert any(
+        s.name == "warpwatch_windows_total" and s.labels == {"outcome": "failed"} and s.value == 2.0
+        for s in families["warpwatch_windows"].samples
+    )
     assert families["warpwatch_window_processing_seconds"].type == "histogram"
     _, plain_type = choose_encoder("text/plain")
     assert plain_type.startswith("text/plain; version=0.0.4")

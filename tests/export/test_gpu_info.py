@@ -42,8 +42,14 @@ def test_an_amd_trace_is_vendor_amd_and_every_exported_label_leads_to_its_full_n
     trace = read_trace(MI250)
     registry = publish(SnapshotBuilder(top_kernels=5), ok(analyze(trace)))
     (info,) = samples(registry, md.GPU_INFO)
-    assert info == {"gpu": "2", "name": "AMD Radeon Graphics", "compute_capability": "9.0", "sms": "104",
-                    "vendor": "amd", "uuid": ""}
+    assert info == {
+        "gpu": "2",
+        "name": "AMD Radeon Graphics",
+        "compute_capability": "9.0",
+        "sms": "104",
+        "vendor": "amd",
+        "uuid": "",
+    }
     names = {s["kernel"]: s["name"] for s in samples(registry, md.KERNEL_INFO)}
     exported = {s["kernel"] for s in samples(registry, md.KERNEL_SECONDS)} - {"other"}
     assert set(names) == exported and len(exported) == 5

@@ -36,8 +36,7 @@ GPU_LABEL = re.compile(rb'gpu="([^"]*)"')
 def gpu_trace(path: Path, ids: range) -> Path:
     """One window, one short kernel on each GPU id (device properties for id 0 only, as a broken
     trace would have them)."""
-    events = [span(0, 1_000_000), *(trace_kernel(f"gemm_{i % 3}", ts=100 + i % 1000, dur=10, device=i)
-                                    for i in ids)]
+    events = [span(0, 1_000_000), *(trace_kernel(f"gemm_{i % 3}", ts=100 + i % 1000, dur=10, device=i) for i in ids)]
     return write(path, trace_doc(events, [H100]))
 
 
@@ -138,8 +137,26 @@ def test_the_real_agent_serves_a_bounded_metrics_for_a_trace_naming_1500_gpus(tm
     traces = tmp_path / "traces"
     traces.mkdir()
     gpu_trace(tmp_path / "many.json", range(1500)).rename(traces / "many.json")
-    agent = Process([sys.executable, "-m", "warpwatch", "run", "--address", "127.0.0.1", "--port", "0",
-                     "--period", "1s", "--window", "50ms", "--jitter", "0", "--source", f"dir:{traces}"])
+    agent = Process(
+        [
+            sys.executable,
+            "-m",
+            "warpwatch",
+            "run",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--period",
+            "1s",
+            "--window",
+            "50ms",
+            "--jitter",
+            "0",
+            "--source",
+            f"dir:{traces}",
+        ]
+    )
     try:
         body = b""
         deadline = time.monotonic() + 60
@@ -150,8 +167,9 @@ def test_the_real_agent_serves_a_bounded_metrics_for_a_trace_naming_1500_gpus(tm
         assert len(body) < SIZE_BOUND
         assert {g.decode() for g in GPU_LABEL.findall(body)} == {str(i) for i in range(MAX_GPUS)}
         assert dropped(body) == 1500 - MAX_GPUS  # one round
-        assert any("event=gpus_dropped refused=1436 " in line and f'processes="dir:{traces}|' in line
-                   for line in agent.lines)
+        assert any(
+            "event=gpus_dropped refused=1436 " in line and f'processes="dir:{traces}|' in line for line in agent.lines
+        )
         # Log lines stay bounded too: the window's line lists 16 GPUs and how many more.
         (window,) = [line for line in agent.lines if "event=window " in line]
         assert 'gpus="0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,+1484 more" ' in window and len(window) < 1000

@@ -35,8 +35,9 @@ def test_a_source_that_counts_nothing_exports_no_source_family() -> None:
 
 
 def test_server_counters_are_exported_with_every_reason() -> None:
-    registry, text = scrape(Counted("vllm:a", SourceStats(skipped={"unsafe_request": 2}, files={"cpu_only": 1})),
-                            Counted("dir:/t"))
+    registry, text = scrape(
+        Counted("vllm:a", SourceStats(skipped={"unsafe_request": 2}, files={"cpu_only": 1})), Counted("dir:/t")
+    )
     skipped = md.exposed_name(md.SERVER_WINDOWS_SKIPPED)
     files = md.exposed_name(md.SERVER_TRACE_FILES)
     assert registry.get_sample_value(skipped, {"source": "vllm:a", "reason": "unsafe_request"}) == 2
@@ -50,13 +51,17 @@ def test_server_counters_are_exported_with_every_reason() -> None:
 
 
 def test_peer_counters_are_exported_for_sources_with_peers() -> None:
-    stats = SourceStats(clients=3, clients_seen=5, dropped={"malformed": 1}, replies_dropped={"stale": 2},
-                        evicted={"registry_full": 4})
+    stats = SourceStats(
+        clients=3, clients_seen=5, dropped={"malformed": 1}, replies_dropped={"stale": 2}, evicted={"registry_full": 4}
+    )
     registry, text = scrape(Counted("kineto-daemon", stats))
     assert registry.get_sample_value(md.DAEMON_CLIENTS.name, {"source": "kineto-daemon"}) == 3
     assert registry.get_sample_value(md.exposed_name(md.DAEMON_CLIENTS_SEEN), {"source": "kineto-daemon"}) == 5
-    for m, reason, n in ((md.DAEMON_DATAGRAMS_DROPPED, "malformed", 1), (md.DAEMON_REPLIES_DROPPED, "stale", 2),
-                         (md.DAEMON_CLIENTS_EVICTED, "registry_full", 4)):
+    for m, reason, n in (
+        (md.DAEMON_DATAGRAMS_DROPPED, "malformed", 1),
+        (md.DAEMON_REPLIES_DROPPED, "stale", 2),
+        (md.DAEMON_CLIENTS_EVICTED, "registry_full", 4),
+    ):
         assert registry.get_sample_value(md.exposed_name(m), {"source": "kineto-daemon", "reason": reason}) == n
     assert md.SERVER_WINDOWS_SKIPPED.name not in text
 

@@ -27,11 +27,25 @@ def per_gpu(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], gpu: s
 
 @pytest.mark.slow
 def test_default_settings_cost_at_most_200_series_per_gpu_on_a_real_trace_and_follow_the_formula() -> None:
-    agent = Agent("--source", f"replay:{TRACE}", "--period", "1s", "--window", "50ms", "--jitter", "0",
-                  "--allow-high-duty", defaults=True)
+    agent = Agent(
+        "--source",
+        f"replay:{TRACE}",
+        "--period",
+        "1s",
+        "--window",
+        "50ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        defaults=True,
+    )
     try:
-        samples = agent.wait_for(lambda s: any(n == "warpwatch_kernel_seconds_total" and ("gpu", "0") in ls
-                                               and v > 0 for (n, ls), v in s.items()), timeout=30)
+        samples = agent.wait_for(
+            lambda s: any(
+                n == "warpwatch_kernel_seconds_total" and ("gpu", "0") in ls and v > 0 for (n, ls), v in s.items()
+            ),
+            timeout=30,
+        )
         samples = agent.scrape()
     finally:
         agent.stop()
@@ -39,8 +53,11 @@ def test_default_settings_cost_at_most_200_series_per_gpu_on_a_real_trace_and_fo
     k = DEFAULT_TOP_KERNELS
     assert families["warpwatch_kernel_seconds_total"] == k + 1  # top-K and other, of 85 kernels
     assert families["warpwatch_kernel_info"] == k
-    for gauge in ("warpwatch_kernel_time_share_ratio", "warpwatch_kernel_estimated_occupancy_ratio",
-                  "warpwatch_kernel_warps_per_sm"):
+    for gauge in (
+        "warpwatch_kernel_time_share_ratio",
+        "warpwatch_kernel_estimated_occupancy_ratio",
+        "warpwatch_kernel_warps_per_sm",
+    ):
         assert gauge not in families, f"{gauge} is opt-in (--kernel-gauges)"
     artifacts = families.get("warpwatch_profiler_artifacts_total", 0)
     total = sum(families.values())

@@ -50,11 +50,25 @@ def test_a_kernel_out_of_the_top_k_loses_its_series_after_absent_rounds_and_no_i
 
 def test_kernel_gauges_are_opt_in_but_a_negative_reported_minimum_is_always_exported() -> None:
     def rounds(builder: SnapshotBuilder) -> CollectorRegistry:
-        publish(builder, ok(window([kernel("a", 300_000.0), kernel("b", 100_000.0, reported_warps_per_sm_min=-5.0)],
-                                   [device(busy=0.5, resident=4.0)])))
-        return publish(builder, ok(window([kernel("a", 300_000.0),
-                                           kernel("b", 100_000.0, reported_warps_per_sm_min=-5.0)],
-                                          [device(busy=0.5, resident=4.0)])))
+        publish(
+            builder,
+            ok(
+                window(
+                    [kernel("a", 300_000.0), kernel("b", 100_000.0, reported_warps_per_sm_min=-5.0)],
+                    [device(busy=0.5, resident=4.0)],
+                )
+            ),
+        )
+        return publish(
+            builder,
+            ok(
+                window(
+                    [kernel("a", 300_000.0), kernel("b", 100_000.0, reported_warps_per_sm_min=-5.0)],
+                    [device(busy=0.5, resident=4.0)],
+                )
+            ),
+        )
+
     plain = rounds(SnapshotBuilder(top_kernels=5))
     assert value(plain, md.KERNEL_TIME_SHARE, gpu="0", kernel="a") is None
     assert value(plain, md.KERNEL_ESTIMATED_OCCUPANCY, gpu="0", kernel="a") is None

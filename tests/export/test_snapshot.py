@@ -41,8 +41,9 @@ def test_the_builder_names_each_sample_by_its_definition() -> None:
 def test_forgetting_a_gpu_removes_every_series_it_had() -> None:
     builder = SnapshotBuilder(top_kernels=5, max_gpus=1)
     for gpu, process in ((0, "p0"), (0, "p0"), (1, "p1")):  # a new process on a new GPU displaces GPU 0
-        builder.apply_round([ok(window([kernel("gemm", 500_000.0, device=gpu)], [device(gpu, busy=0.5)],
-                                       window_us=1e6), process)])
+        builder.apply_round(
+            [ok(window([kernel("gemm", 500_000.0, device=gpu)], [device(gpu, busy=0.5)], window_us=1e6), process)]
+        )
     s = builder.snapshot()
     gpus = {labels[0] for m in md.ALL if "gpu" in m.labels for labels, _ in s.get(m)}
     assert gpus == {"1"}

@@ -77,9 +77,27 @@ def main() -> int:
     env = {**os.environ, "KINETO_IPC_SOCKET_DIR": str(tmp)}
     port = free_port()
     agent = subprocess.Popen(
-        [sys.executable, "-m", "warpwatch", "run", "--source", "kineto-daemon", "--port", str(port),
-         "--address", "127.0.0.1", "--period", "10s", "--window", "1s", "--jitter", "0s",
-         "--trace-dir", str(tmp / "traces"), "--allow-high-duty"],
+        [
+            sys.executable,
+            "-m",
+            "warpwatch",
+            "run",
+            "--source",
+            "kineto-daemon",
+            "--port",
+            str(port),
+            "--address",
+            "127.0.0.1",
+            "--period",
+            "10s",
+            "--window",
+            "1s",
+            "--jitter",
+            "0s",
+            "--trace-dir",
+            str(tmp / "traces"),
+            "--allow-high-duty",
+        ],
         env=env,
     )
     workload = subprocess.Popen(
@@ -103,13 +121,14 @@ def main() -> int:
         corrected = value(text, "warpwatch_kernel_warps_per_sm", kernel="empty_kernel")
         reported = value(text, "warpwatch_kernel_reported_warps_per_sm_min", kernel="empty_kernel")
         overflow = value(text, "warpwatch_profiler_artifacts_total", kernel="empty_kernel", artifact="grid_overflow")
-        negative = value(text, "warpwatch_profiler_artifacts_total", kernel="empty_kernel",
-                         artifact="negative_warps_per_sm")
+        negative = value(
+            text, "warpwatch_profiler_artifacts_total", kernel="empty_kernel", artifact="negative_warps_per_sm"
+        )
         kernels = len(re.findall(r"^warpwatch_kernel_time_share_ratio\{", text, re.M))
         checks = {
             "kernel series exported": kernels > 1,
-            f"corrected warps/SM == 2^31*4/{sms} = {expected:.1f} (got {corrected})":
-                corrected is not None and abs(corrected - expected) < 1e-6 * expected,
+            f"corrected warps/SM == 2^31*4/{sms} = {expected:.1f} (got {corrected})": corrected is not None
+            and abs(corrected - expected) < 1e-6 * expected,
             f"reported warps/SM negative (got {reported})": reported is not None and reported < 0,
             f"grid_overflow counted (got {overflow})": bool(overflow),
             f"negative_warps_per_sm counted (got {negative})": bool(negative),

@@ -73,7 +73,7 @@ def values(text: str, name: str) -> list[tuple[str, float]]:
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
             labels, _, value = line.rpartition(" ")
-            out.append((labels[len(name):], float(value)))
+            out.append((labels[len(name) :], float(value)))
     return out
 
 
@@ -88,10 +88,31 @@ def main() -> int:
     traces = Path(tempfile.mkdtemp(prefix="warpwatch_gpu_"))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "agent"), PYTHONUNBUFFERED="1")
     agent = subprocess.Popen(
-        [sys.executable, "-m", "warpwatch", "run", "--source", f"dir:{traces}", "--address", "127.0.0.1",
-         "--port", "0", "--period", "2s", "--window", "500ms", "--jitter", "0", "--allow-high-duty",
-         "--collect-timeout", "5s"],
-        stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "warpwatch",
+            "run",
+            "--source",
+            f"dir:{traces}",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--period",
+            "2s",
+            "--window",
+            "500ms",
+            "--jitter",
+            "0",
+            "--allow-high-duty",
+            "--collect-timeout",
+            "5s",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
     log: list[str] = []
     assert agent.stderr is not None
@@ -139,24 +160,35 @@ def main() -> int:
     for labels, v in values(text, "warpwatch_windows_total"):
         print(f"  {labels} {v:g}")
     print("== NVML")
-    for name in ("warpwatch_nvml_up", "warpwatch_nvml_gpu_utilization_ratio", "warpwatch_nvml_sm_occupancy_ratio",
-                 "warpwatch_gpu_info"):
+    for name in (
+        "warpwatch_nvml_up",
+        "warpwatch_nvml_gpu_utilization_ratio",
+        "warpwatch_nvml_sm_occupancy_ratio",
+        "warpwatch_gpu_info",
+    ):
         for labels, v in values(text, name):
             print(f"  {name}{labels} {v:g}")
     print("== from the traces")
-    for name in ("warpwatch_gpu_busy_ratio", "warpwatch_gpu_estimated_occupancy_ratio",
-                 "warpwatch_gpu_resident_warps_per_sm"):
+    for name in (
+        "warpwatch_gpu_busy_ratio",
+        "warpwatch_gpu_estimated_occupancy_ratio",
+        "warpwatch_gpu_resident_warps_per_sm",
+    ):
         for labels, v in values(text, name):
             print(f"  {name}{labels} {v:.4g}")
     shares = sorted(values(text, "warpwatch_kernel_time_share_ratio"), key=lambda lv: -lv[1])[:10]
     print("== top kernels (time share, warps/SM, theoretical, estimated occupancy)")
     for labels, share in shares:
+
         def get(name: str, labels: str = labels) -> str:
             found = [v for lab, v in values(text, name) if lab == labels]
             return f"{found[0]:.3g}" if found else "-"
-        print(f"  {labels} share={share:.3g} warps/SM={get('warpwatch_kernel_warps_per_sm')} "
-              f"theo={get('warpwatch_kernel_theoretical_occupancy_ratio')} "
-              f"est={get('warpwatch_kernel_estimated_occupancy_ratio')}")
+
+        print(
+            f"  {labels} share={share:.3g} warps/SM={get('warpwatch_kernel_warps_per_sm')} "
+            f"theo={get('warpwatch_kernel_theoretical_occupancy_ratio')} "
+            f"est={get('warpwatch_kernel_estimated_occupancy_ratio')}"
+        )
     if out_dir is not None:
         (out_dir / "metrics.txt").write_text(text)
         (out_dir / "agent.log").write_text("\n".join(log) + "\n")

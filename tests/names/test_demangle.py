@@ -29,8 +29,9 @@ pytestmark = pytest.mark.skipif(CXXFILT is None, reason="c++filt not found (Debi
 def cxxfilt(names: list[str]) -> list[str]:
     assert CXXFILT is not None
     # as arguments: reading stdin, c++filt takes a non-ASCII byte for the end of a symbol
-    out = subprocess.run([CXXFILT, "--no-recurse-limit", *names], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
+    out = subprocess.run(
+        [CXXFILT, "--no-recurse-limit", *names], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     return out.splitlines()
 
 
@@ -39,8 +40,9 @@ def shared_mangled_names(tmp: Path) -> list[str]:
     with tarfile.open(SHARED_TRACES / "facebookresearch__param/et_replay/tests/inputs/dlrm_kineto.tar.gz") as tf:
         tf.extractall(tmp, members=[m for m in tf.getmembers() if m.name.endswith(".json")], filter="data")
     files += sorted(tmp.rglob("*.json"))
-    return sorted({launch.name for path in files for launch in read_trace(path).launches
-                   if launch.name.startswith("_Z")})
+    return sorted(
+        {launch.name for path in files for launch in read_trace(path).launches if launch.name.startswith("_Z")}
+    )
 
 
 @pytest.mark.slow
@@ -97,8 +99,9 @@ def test_kernel_like_names_gcc_writes_demangle_as_cxxfilt_does(tmp_path: Path) -
     assert GXX is not None
     (tmp_path / "k.cpp").write_text(KERNELS)
     subprocess.run([GXX, "-std=c++17", "-c", "k.cpp", "-o", "k.o"], cwd=tmp_path, check=True, timeout=120)
-    symbols = subprocess.run(["nm", "-P", "--defined-only", "k.o"], cwd=tmp_path, capture_output=True,
-                             text=True, check=True).stdout.splitlines()
+    symbols = subprocess.run(
+        ["nm", "-P", "--defined-only", "k.o"], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     names = sorted({line.split()[0] for line in symbols if line.startswith("_Z")})
     assert set(names) >= NOT_DEMANGLED and len(names) == 17
     for name, expected in zip(names, cxxfilt(names), strict=True):
@@ -114,6 +117,14 @@ def test_demangling_is_the_same_in_every_process() -> None:
     every process seeds anew: `int const volatile*` came out in any order."""
     names = ["_Z9qualifiedIPVKiEvT_", "_Z1fIPrKfEvv", "_Z1fIPrVKfEvv"]
     code = "import sys; from warpwatch.names.demangle import demangle; print([demangle(n) for n in sys.argv[1:]])"
-    outputs = {subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code, *names],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in range(6)
+    }
     assert outputs == {str(cxxfilt(names)) + "\n"}

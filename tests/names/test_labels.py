@@ -51,20 +51,28 @@ def squash(text: str) -> str:
     ("raw", "label"),
     [
         # alexnet: the return type and the parameter list go; template arguments stay whole
-        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-         "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
-         "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1>>"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
+            "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1>>",
+        ),
         # nccl_data: `(anonymous namespace)` is part of the name, not a parameter list
-        ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, "
-         "float const*, int, int, int, bool const*, int, bool)",
-         "(anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>"),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, "
+            "float const*, int, int, int, bool const*, int, bool)",
+            "(anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>",
+        ),
         # sampled_rank-0
-        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align1>"
-         "(cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align1::Params)",
-         "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align1>"),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align1>"
+            "(cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align1::Params)",
+            "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align1>",
+        ),
         # rank0 (negative_queue_length_values_check)
-        ("void cub::DeviceScanInitKernel<cub::ScanTileState<int, true> >(cub::ScanTileState<int, true>, int)",
-         "cub::DeviceScanInitKernel<cub::ScanTileState<int, true>>"),
+        (
+            "void cub::DeviceScanInitKernel<cub::ScanTileState<int, true> >(cub::ScanTileState<int, true>, int)",
+            "cub::DeviceScanInitKernel<cub::ScanTileState<int, true>>",
+        ),
         # triton_example and alexnet: plain names pass unchanged
         ("triton_poi_fused_add_cos_sin_0", "triton_poi_fused_add_cos_sin_0"),
         ("ampere_sgemm_32x32_sliced1x4_tn", "ampere_sgemm_32x32_sliced1x4_tn"),
@@ -78,14 +86,20 @@ def test_a_kernel_that_fits_keeps_its_whole_name_and_template_arguments(raw: str
 def test_a_return_type_before_the_name_is_dropped() -> None:
     raw = first_name(SAMPLED, "std::enable_if<!(false), void>::type internal::gemvx::kernel<")
     label = kernel_label(raw)
-    assert label == "kernel<int, int, float, float, float, float, false, true, true, false, 7, cublasGemvParams<…>>~" \
-        + name_hash(raw)  # too long whole: namespaces, then the nested arguments went
+    assert (
+        label
+        == "kernel<int, int, float, float, float, float, false, true, true, false, 7, cublasGemvParams<…>>~"
+        + name_hash(raw)
+    )  # too long whole: namespaces, then the nested arguments went
 
 
 def test_lambdas_become_the_op_they_are_in_and_its_dtype() -> None:
     """mi250: direct_copy_kernel_cuda's float lambda inside gpu_kernel_impl_nocast, 500+ characters."""
-    raw = first_name(MI250, "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
-                            "at::native::direct_copy_kernel_cuda")
+    raw = first_name(
+        MI250,
+        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
+        "at::native::direct_copy_kernel_cuda",
+    )
     assert len(raw) > 500
     label = kernel_label(raw)
     assert label == (
@@ -99,20 +113,26 @@ def test_the_functor_of_an_elementwise_kernel_tells_kernels_apart() -> None:
     raws = [n for n in names_in(SAMPLED) if n.startswith("void at::native::vectorized_elementwise_kernel<4, ")]
     labels = {kernel_label(n) for n in raws}
     assert len(labels) == len(raws) == 39
-    assert "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, " \
-           "at::detail::Array<char*, 1>>" in labels
-    assert any(label.startswith("at::native::vectorized_elementwise_kernel<4, masked_fill_kernel::{lambda(float, ")
-               for label in labels)
+    assert (
+        "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "at::detail::Array<char*, 1>>" in labels
+    )
+    assert any(
+        label.startswith("at::native::vectorized_elementwise_kernel<4, masked_fill_kernel::{lambda(float, ")
+        for label in labels
+    )
 
 
 def test_composable_kernel_keeps_its_kernel_type() -> None:
     """A CK tile FMHA kernel as ROCm names it (the form the issue saw fold into `ck_tile::kentry~…`)."""
-    raw = ("void ck_tile::kentry<256, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync<"
-           "ck_tile::BlockFmhaPipelineProblem<ck_tile::half_t, ck_tile::half_t, ck_tile::half_t, float, float, "
-           "ck_tile::half_t, unsigned short, float, ck_tile::half_t, ck_tile::half_t, ck_tile::TileFmhaShape<"
-           "ck_tile::sequence<128, 128, 32, 128, 32, 128>>, false>>, ck_tile::Default2DEpilogue<"
-           "ck_tile::Default2DEpilogueProblem<float, ck_tile::half_t, false, false, true>>>>"
-           "(ck_tile::FmhaFwdKernel<>::FmhaFwdBatchModeKargs)")
+    raw = (
+        "void ck_tile::kentry<256, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync<"
+        "ck_tile::BlockFmhaPipelineProblem<ck_tile::half_t, ck_tile::half_t, ck_tile::half_t, float, float, "
+        "ck_tile::half_t, unsigned short, float, ck_tile::half_t, ck_tile::half_t, ck_tile::TileFmhaShape<"
+        "ck_tile::sequence<128, 128, 32, 128, 32, 128>>, false>>, ck_tile::Default2DEpilogue<"
+        "ck_tile::Default2DEpilogueProblem<float, ck_tile::half_t, false, false, true>>>>"
+        "(ck_tile::FmhaFwdKernel<>::FmhaFwdBatchModeKargs)"
+    )
     label = kernel_label(raw)
     assert label.startswith("kentry<256, 2, FmhaFwdKernel<BlockFmhaPipelineQRKSVSAsync<")
     assert label.endswith("~" + name_hash(raw))
@@ -124,17 +144,22 @@ def test_a_mangled_name_is_demangled() -> None:
     assert len(raw) > 1000
     text = demangle(raw)
     assert text is not None
-    assert text.startswith("void cutlass_cudnn_train::Kernel<cutlass_cudnn_train::conv::kernel::"
-                           "ImplicitGemmConvolution<cutlass_cudnn_train::conv::threadblock::ImplicitGemmMultistage<"
-                           "cutlass_cudnn_train::gemm::GemmShape<128, 128, 32>, ")  # literals as c++filt prints them
+    assert text.startswith(
+        "void cutlass_cudnn_train::Kernel<cutlass_cudnn_train::conv::kernel::"
+        "ImplicitGemmConvolution<cutlass_cudnn_train::conv::threadblock::ImplicitGemmMultistage<"
+        "cutlass_cudnn_train::gemm::GemmShape<128, 128, 32>, "
+    )  # literals as c++filt prints them
     label = kernel_label(raw)
     assert label.startswith("Kernel<ImplicitGemmConvolution<")
     assert label.endswith("~" + name_hash(raw)) and len(label) <= MAX_LABEL_LENGTH
 
 
 def test_a_mangled_name_and_its_demangled_spelling_get_the_same_label() -> None:
-    assert kernel_label("_ZN2at6native18elementwise_kernelILi128ELi4EEEvi") == kernel_label(
-        "void at::native::elementwise_kernel<128, 4>(int)") == "at::native::elementwise_kernel<128, 4>"
+    assert (
+        kernel_label("_ZN2at6native18elementwise_kernelILi128ELi4EEEvi")
+        == kernel_label("void at::native::elementwise_kernel<128, 4>(int)")
+        == "at::native::elementwise_kernel<128, 4>"
+    )
 
 
 def test_a_mangled_name_that_would_expand_exponentially_is_not_demangled() -> None:
@@ -153,19 +178,22 @@ def test_a_mangled_name_that_would_expand_exponentially_is_not_demangled() -> No
 
 def test_a_long_plain_name_is_cut_in_the_middle_and_ends_in_a_stable_hash() -> None:
     # alexnet: 156 characters, no template arguments to remove
-    raw = ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4"
-           "_warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel_cudnn")
+    raw = (
+        "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4"
+        "_warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel_cudnn"
+    )
     label = kernel_label(raw)
     assert len(label) == MAX_LABEL_LENGTH
     room = MAX_LABEL_LENGTH - 9
     head = (room - 1) * 2 // 3
-    assert label == raw[:head] + "…" + raw[-(room - 1 - head):] + "~" + name_hash(raw)
+    assert label == raw[:head] + "…" + raw[-(room - 1 - head) :] + "~" + name_hash(raw)
     assert name_hash(raw) == "a30f052a"  # BLAKE2s: the same on every machine and in every run
 
 
 def test_dropped_characters_add_the_hash() -> None:
     assert kernel_label("void my\x00kernel\x7f<int, 2>(int)\n") == "mykernel<int, 2>~" + name_hash(
-        "void my\x00kernel\x7f<int, 2>(int)\n")
+        "void my\x00kernel\x7f<int, 2>(int)\n"
+    )
     assert kernel_label("foo<int") == "foo<int>~" + name_hash("foo<int")  # unbalanced: not reproduced as is
 
 
@@ -225,8 +253,8 @@ def _core(raw: str) -> str:
     for k in range(len(text) - 1, -1, -1):  # the return type: up to the last top-level space
         c = text[k]
         depth += {">": 1, "<": -1, ")": 1, "(": -1}.get(c, 0)
-        if c == " " and depth == 0 and not text[:k].endswith("(anonymous") and not text[k + 1:].startswith(">"):
-            return text[k + 1:]
+        if c == " " and depth == 0 and not text[:k].endswith("(anonymous") and not text[k + 1 :].startswith(">"):
+            return text[k + 1 :]
     return text
 
 

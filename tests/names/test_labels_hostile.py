@@ -125,8 +125,13 @@ def test_warpwatch_analyze_labels_every_kernel_of_a_trace_with_such_names(tmp_pa
     names = [NORMAL, "void at::native::café_kernel<float>(int)", "_ZZN2ns3runEvENKUlfE_clEf", "plain_kernel"]
     events = [span(0, 1000)] + [kernel(n, ts=100.0 + 20 * k) for k, n in enumerate(names)]
     path = write(tmp_path / "names.json", trace_doc(events))
-    proc = subprocess.run([sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(path)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     (trace,) = json.loads(proc.stdout)["traces"]
     assert {k["name"]: k["label"] for k in trace["kernels"]} == {
@@ -138,6 +143,7 @@ def test_warpwatch_analyze_labels_every_kernel_of_a_trace_with_such_names(tmp_pa
 
 
 # --- Names built to cost time or memory: each gets a bounded label with the hash
+
 
 def _base36(n: int) -> str:
     digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"

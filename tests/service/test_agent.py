@@ -97,12 +97,13 @@ def test_health_readiness_and_content_negotiation(replay_agent: Agent) -> None:
     assert status == 200, body
     assert replay_agent.get("/nope")[0] == 404
     status, headers, body = replay_agent.get(
-        "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"})
+        "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"}
+    )
     assert status == 200
     assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
     text = gunzip_if(headers, body).decode()
     assert text.endswith("# EOF\n")
-    assert "warpwatch_windows_total{outcome=\"ok\"}" in text
+    assert 'warpwatch_windows_total{outcome="ok"}' in text
     status, headers, _ = replay_agent.get("/metrics")
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
     assert "Content-Encoding" not in headers
@@ -113,8 +114,11 @@ def test_one_log_line_per_window(replay_agent: Agent) -> None:
     window_lines = [line for line in replay_agent.lines if " event=window " in line]
     assert window_lines
     line = window_lines[0]
-    assert re.search(r"outcome=ok seconds=[0-9.]+ launches=79 kernels=16 gpus=0 window_ms=[0-9.]+ "
-                     r"bounds=trace_span rank=0$", line), line
+    assert re.search(
+        r"outcome=ok seconds=[0-9.]+ launches=79 kernels=16 gpus=0 window_ms=[0-9.]+ "
+        r"bounds=trace_span rank=0$",
+        line,
+    ), line
 
 
 @pytest.mark.slow
@@ -123,8 +127,21 @@ def test_bad_files_in_a_folder_each_fail_one_window_and_the_last_snapshot_stays(
     folder = tmp_path / "traces"
     folder.mkdir()
     doc = analyze_json(CONTROL)
-    agent = Agent("--source", f"dir:{folder}", "--period", "500ms", "--window", "50ms", "--jitter", "0",
-                  "--allow-high-duty", "--collect-timeout", "1s", "--log-format", "json")
+    agent = Agent(
+        "--source",
+        f"dir:{folder}",
+        "--period",
+        "500ms",
+        "--window",
+        "50ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--collect-timeout",
+        "1s",
+        "--log-format",
+        "json",
+    )
     try:
         shutil.copy(CONTROL, folder / "host_7.1700000000000000000.pt.trace.json.gz")
         good = agent.wait_for(lambda s: ok_windows(s) == 1)
@@ -167,9 +184,11 @@ def test_sigterm_stops_the_agent_within_the_window_plus_five_seconds_with_status
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--source", "dir:/x", "--window", "10s"),
-         "warpwatch: error: window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, "
-         "lengthen the period, or pass --allow-high-duty"),
+        (
+            ("--source", "dir:/x", "--window", "10s"),
+            "warpwatch: error: window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, "
+            "lengthen the period, or pass --allow-high-duty",
+        ),
         (("--source", "nfs:/x"), "warpwatch: error: source 'nfs:/x': unknown kind of source"),
         ((), "warpwatch: error: source: no source given; add one, e.g. --source dir:/var/run/traces"),
     ],
@@ -190,8 +209,9 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         result = run_cli("run", "--source", f"dir:{tmp_path}", "--address", "127.0.0.1", "--port", str(port))
     assert result.returncode == 1
-    assert f"warpwatch: error: cannot listen on 127.0.0.1:{port}: Address already in use; choose another" \
-        in result.stderr
+    assert (
+        f"warpwatch: error: cannot listen on 127.0.0.1:{port}: Address already in use; choose another" in result.stderr
+    )
 
 
 # --------------------------------------------------------------------------------------------- in-process
@@ -263,8 +283,13 @@ def test_shutdown_abandons_a_stuck_round_after_window_plus_grace(caplog: pytest.
 def test_readiness_follows_the_rounds() -> None:
     now = [1000.0]
     src = StubSource()
-    svc = Service(Config(source=("stub:1",), port=0, address="127.0.0.1", period=60.0, window=1.0, jitter=5.0,
-                         collect_timeout=30.0), sources=[src], clock=lambda: now[0])
+    svc = Service(
+        Config(
+            source=("stub:1",), port=0, address="127.0.0.1", period=60.0, window=1.0, jitter=5.0, collect_timeout=30.0
+        ),
+        sources=[src],
+        clock=lambda: now[0],
+    )
     svc.ready.started()
     assert svc.readiness() == (True, "no window expected yet")
     now[0] += 60 + 5 + 1 + 30 + 10 + 1
@@ -303,8 +328,19 @@ def test_web_config_basic_auth_protects_the_real_agent(tmp_path: Path) -> None:
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
     cfg = tmp_path / "web.yml"
     cfg.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
-    agent = Agent("--source", "replay:@samples", "--period", "1s", "--window", "10ms", "--jitter", "0s",
-                  "--allow-high-duty", "--web-config", str(cfg))
+    agent = Agent(
+        "--source",
+        "replay:@samples",
+        "--period",
+        "1s",
+        "--window",
+        "10ms",
+        "--jitter",
+        "0s",
+        "--allow-high-duty",
+        "--web-config",
+        str(cfg),
+    )
     try:
         status, headers, _ = agent.get("/metrics")
         assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Basic")

@@ -69,8 +69,9 @@ def test_a_flood_of_anomalous_windows_stays_within_the_bounds(tmp_path: Path) ->
     svc = service_for(src, evidence_dir=tmp_path / "ev", evidence_files=4, evidence_bytes=1 << 20)
     for i in range(12):
         # a grid of 2^31 blocks overflows the profiler's 32-bit product: an artefact in every window
-        doc = trace_doc([span(0, 1000)] + [kernel(f"k{i}_{j}", ts=10 + j, dur=5, grid=(2**31, 1, 1))
-                                           for j in range(20)])
+        doc = trace_doc(
+            [span(0, 1000)] + [kernel(f"k{i}_{j}", ts=10 + j, dur=5, grid=(2**31, 1, 1)) for j in range(20)]
+        )
         path = write(tmp_path / f"w{i}.json", doc)
         src.queue.append([CapturedWindow(source="stub:1", path=path)])
         svc.run_round()

@@ -50,8 +50,11 @@ def test_a_source_that_raises_gives_a_failed_window_of_kind_raised() -> None:
     src = Scripted("s")
     src.exc = RuntimeError("socket gone")
     [window] = CaptureFanout().capture([src], 1.0, 1.0, 0.0)
-    assert (window.outcome, window.failure_kind, window.error) == ("failed", "raised",
-                                                                  "capture raised RuntimeError: socket gone")
+    assert (window.outcome, window.failure_kind, window.error) == (
+        "failed",
+        "raised",
+        "capture raised RuntimeError: socket gone",
+    )
 
 
 def test_the_bound_grows_by_the_largest_stated_overhead() -> None:

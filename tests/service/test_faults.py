@@ -70,8 +70,21 @@ def test_a_traced_process_killed_mid_window_times_out_and_leaves_nothing_behind(
     root = Path(tempfile.mkdtemp(prefix="ww", dir="/tmp"))  # Unix socket paths are short
     peer = Peer(root)
     proc = peer.spawn(seconds=60)
-    agent = Agent("--source", f"kineto-daemon:socket_dir={peer.socket_dir}", "--trace-dir", str(peer.trace_dir),
-                  "--period", "5s", "--window", "2s", "--allow-high-duty", "--jitter", "0", "--collect-timeout", "1s")
+    agent = Agent(
+        "--source",
+        f"kineto-daemon:socket_dir={peer.socket_dir}",
+        "--trace-dir",
+        str(peer.trace_dir),
+        "--period",
+        "5s",
+        "--window",
+        "2s",
+        "--allow-high-duty",
+        "--jitter",
+        "0",
+        "--collect-timeout",
+        "1s",
+    )
     try:
         agent.wait_for_line(rf"event=daemon_client .* pid={proc.pid}\b", 30)
         deadline = time.monotonic() + 30
@@ -94,7 +107,7 @@ def test_a_traced_process_killed_mid_window_times_out_and_leaves_nothing_behind(
         shutil.rmtree(root, ignore_errors=True)
     assert rc == 0
     [line] = [x for x in agent.lines if "event=window" in x]
-    assert f"error=\"pid {proc.pid}: no trace file warpwatch_" in line and "outcome=timed_out" in line
+    assert f'error="pid {proc.pid}: no trace file warpwatch_' in line and "outcome=timed_out" in line
     no_traceback(agent)
 
 
@@ -121,7 +134,7 @@ class FakeKinetoClient:
                 self.sock.sendto(encode_message("req", struct.pack("<iiqi", 3, 1, 0, os.getpid())), self.daemon)
                 reply = self.sock.recv(4096)
                 if len(reply) > HEADER.size:
-                    self.configs.append(reply[HEADER.size:].decode())
+                    self.configs.append(reply[HEADER.size :].decode())
 
     def close(self) -> None:
         self._stop.set()
@@ -137,8 +150,12 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
     src = KinetoDaemonSource(root / "t", socket_dir=str(root / "s"), start_lead_s=0.1, poll_interval_hint_s=0.2)
     src.start()
     client = FakeKinetoClient(root / "s")
-    svc = Service(Config(source=("kineto-daemon",), port=0, address="127.0.0.1", period=60, window=0.1,
-                         jitter=0, collect_timeout=0.2), sources=[src])
+    svc = Service(
+        Config(
+            source=("kineto-daemon",), port=0, address="127.0.0.1", period=60, window=0.1, jitter=0, collect_timeout=0.2
+        ),
+        sources=[src],
+    )
     try:
         while not src.clients():
             time.sleep(0.05)
@@ -168,8 +185,19 @@ def test_a_growing_file_is_waited_for_and_a_truncated_one_fails_once(tmp_path: P
     data = CONTROL.read_bytes()
     (folder / "cut.json.gz").write_bytes(data[: len(data) // 3])  # never completes
     growing = folder / "growing.json.gz"
-    agent = Agent("--source", f"dir:{folder}", "--period", "300ms", "--window", "20ms", "--jitter", "0",
-                  "--allow-high-duty", "--collect-timeout", "2s")
+    agent = Agent(
+        "--source",
+        f"dir:{folder}",
+        "--period",
+        "300ms",
+        "--window",
+        "20ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--collect-timeout",
+        "2s",
+    )
     try:
         with growing.open("wb") as f:  # written slowly, in pieces, for over a second
             for i in range(0, len(data), len(data) // 8 + 1):
@@ -192,8 +220,12 @@ def test_a_growing_file_is_waited_for_and_a_truncated_one_fails_once(tmp_path: P
 def small_volume(path: Path) -> Iterator[str]:
     """A 64 KiB tmpfs at `path` ("tmpfs"), or a plain folder whose writers get RLIMIT_FSIZE ("rlimit")."""
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)],
-                             capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     try:
         yield "tmpfs" if mounted else "rlimit"
     finally:
@@ -215,11 +247,18 @@ except OSError as exc:
 
 def write_on_volume(kind: str, source: Path, target: Path) -> int:
     """Write `source` to `target` as a traced process would; the errno it got (0 if none)."""
+
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
 
-    proc = subprocess.run([sys.executable, "-c", WRITER, str(source), str(target)], capture_output=True, text=True,
-                          preexec_fn=limit if kind == "rlimit" else None, timeout=30, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITER, str(source), str(target)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit if kind == "rlimit" else None,
+        timeout=30,
+        check=False,
+    )
     return int(proc.stdout.strip() or 0)
 
 
@@ -230,8 +269,20 @@ def test_a_full_trace_volume_fails_the_window_and_the_agent_goes_on(tmp_path: Pa
     big.write_text(json.dumps(trace_doc([span(0, 10**6)] + [kernel(f"k{i}", ts=10 + i, dur=1) for i in range(400)])))
     assert big.stat().st_size > 128 * 1024
     with small_volume(volume) as kind:
-        agent = Agent("--source", f"dir:{volume}", "--period", "300ms", "--window", "20ms", "--jitter", "0",
-                      "--allow-high-duty", "--collect-timeout", "1s", "--delete-processed")
+        agent = Agent(
+            "--source",
+            f"dir:{volume}",
+            "--period",
+            "300ms",
+            "--window",
+            "20ms",
+            "--jitter",
+            "0",
+            "--allow-high-duty",
+            "--collect-timeout",
+            "1s",
+            "--delete-processed",
+        )
         try:
             assert write_on_volume(kind, big, volume / "big.json") in (errno.ENOSPC, errno.EFBIG)
             samples = agent.wait_for(lambda s: errors(s, "read", "invalid_trace") == 1, timeout=20)
@@ -355,8 +406,9 @@ def test_nvml_errors_and_a_lost_gpu_are_counted_logged_once_and_recovered(
     state.write_text("ok")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("FAKE_NVML_STATE", str(state))
-    agent = Agent("--source", f"replay:{ALEXNET}", "--period", "200ms", "--window", "10ms", "--jitter", "0",
-                  "--allow-high-duty")
+    agent = Agent(
+        "--source", f"replay:{ALEXNET}", "--period", "200ms", "--window", "10ms", "--jitter", "0", "--allow-high-duty"
+    )
 
     def util(s: Any, gpu: int) -> float | None:
         return sample(s, "warpwatch_nvml_gpu_utilization_ratio", gpu=gpu)
@@ -379,5 +431,9 @@ def test_nvml_errors_and_a_lost_gpu_are_counted_logged_once_and_recovered(
     logged = [x for x in agent.lines if "event=nvml_error" in x]
     # Each distinct error once, however many rounds it lasted: GPM sample and utilisation, per GPU.
     assert [re.search(r"where=\"([^\"]+)\"", x).group(1) for x in logged] == [  # type: ignore[union-attr]
-        "gpm sample 1", "utilization 1", "gpm sample 0", "utilization 0"]
+        "gpm sample 1",
+        "utilization 1",
+        "gpm sample 0",
+        "utilization 0",
+    ]
     no_traceback(agent)

@@ -45,18 +45,39 @@ def test_a_taken_daemon_socket_stops_the_start_with_a_message(tmp_path: Path) ->
     squatter.bind(str(root / "dynolog"))
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "warpwatch", "run", "--source", f"kineto-daemon:socket_dir={root}",
-             "--trace-dir", str(tmp_path / "t"), "--port", "0"],
-            capture_output=True, text=True, timeout=30, check=False,
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")},
-                 "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "agent")})
+            [
+                sys.executable,
+                "-m",
+                "warpwatch",
+                "run",
+                "--source",
+                f"kineto-daemon:socket_dir={root}",
+                "--trace-dir",
+                str(tmp_path / "t"),
+                "--port",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")},
+                "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "agent"),
+            },
+        )
     finally:
         squatter.close()
         shutil.rmtree(root, ignore_errors=True)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        f"warpwatch: error: kineto-daemon:socket_dir={root}: the Kineto daemon socket {root}/dynolog is already "
-        "taken: a dynolog daemon or another warpwatch is answering it.")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"warpwatch: error: kineto-daemon:socket_dir={root}: the Kineto daemon socket {root}/dynolog is already "
+            "taken: a dynolog daemon or another warpwatch is answering it."
+        )
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -65,8 +86,9 @@ def test_sigterm_during_a_capture_exits_0_within_the_window_plus_five_seconds(tm
     folder = tmp_path / "traces"
     folder.mkdir()
     (folder / "pending.json").write_text('{"traceEvents": [')  # unfinished: every capture waits its window
-    agent = Agent("--source", f"dir:{folder}", "--period", "60s", "--window", "3s", "--jitter", "0",
-                  "--collect-timeout", "3s")
+    agent = Agent(
+        "--source", f"dir:{folder}", "--period", "60s", "--window", "3s", "--jitter", "0", "--collect-timeout", "3s"
+    )
     time.sleep(1.0)  # inside the first window
     rc, seconds = agent.stop()
     assert rc == 0
@@ -93,8 +115,9 @@ def test_a_hundred_concurrent_scrapes_during_a_heavy_window_all_get_the_last_goo
 ) -> None:
     """Rounds of the 25 MB trace take longer than the 1 s period: the agent is busy reading and
     analysing nearly all the time, and a new round starts within a second of the last one."""
-    agent = Agent("--source", f"replay:{big_trace}", "--period", "1s", "--window", "50ms", "--jitter", "0",
-                  "--allow-high-duty")
+    agent = Agent(
+        "--source", f"replay:{big_trace}", "--period", "1s", "--window", "50ms", "--jitter", "0", "--allow-high-duty"
+    )
     try:
         agent.wait_for(lambda s: windows(s, "ok") >= 1, timeout=60)  # a good snapshot
         time.sleep(1.1)  # the next round is under way
@@ -152,11 +175,20 @@ def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> N
     clock = SteppedClock()
     src = ReplaySource(ALEXNET)
     src.start()
-    cfg = Config(source=("replay:x",), address="127.0.0.1", port=0, period=0.2, window=0.01, jitter=0.0,
-                 allow_high_duty=True, collect_timeout=0.5)
+    cfg = Config(
+        source=("replay:x",),
+        address="127.0.0.1",
+        port=0,
+        period=0.2,
+        window=0.01,
+        jitter=0.0,
+        allow_high_duty=True,
+        collect_timeout=0.5,
+    )
     svc = Service(cfg, sources=[src], clock=clock, monotonic=time.monotonic)
     svc.startup()
     try:
+
         def ok() -> float:
             return svc.registry.get_sample_value(WINDOWS, {"outcome": "ok"}) or 0.0
 

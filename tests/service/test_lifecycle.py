@@ -34,8 +34,18 @@ def test_sighup_stops_the_agent_cleanly_with_a_log_line_and_removes_the_socket_f
     """Issue: SIGHUP killed the agent with no log line and left the daemon's socket file."""
     root = Path(tempfile.mkdtemp(prefix="ww", dir="/tmp"))  # Unix socket paths are short
     sock_dir = root / "s"
-    agent = Agent("--source", f"kineto-daemon:socket_dir={sock_dir}", "--trace-dir", str(root / "t"),
-                  "--period", "10s", "--window", "1s", "--jitter", "0")
+    agent = Agent(
+        "--source",
+        f"kineto-daemon:socket_dir={sock_dir}",
+        "--trace-dir",
+        str(root / "t"),
+        "--period",
+        "10s",
+        "--window",
+        "1s",
+        "--jitter",
+        "0",
+    )
     assert (sock_dir / "dynolog").exists()
     agent.proc.send_signal(signal.SIGHUP)
     rc = agent.proc.wait(15)
@@ -53,9 +63,24 @@ def test_sigint_right_after_start_exits_without_a_traceback(tmp_path: Path) -> N
     (Before the interpreter has imported runpy, CPython's own startup may still print one: no code
     of the project has run then. Only tracebacks through warpwatch's code count here.)"""
     for delay in (0.3, 0.6, 1.0, 1.5):
-        proc = subprocess.Popen([sys.executable, "-m", "warpwatch", "run", "--source", f"dir:{tmp_path}",
-                                 "--address", "127.0.0.1", "--port", "0"], stderr=subprocess.PIPE, text=True,
-                                cwd=ROOT, env=_env())
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "warpwatch",
+                "run",
+                "--source",
+                f"dir:{tmp_path}",
+                "--address",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -71,8 +96,18 @@ def test_sigterm_while_bad_passwords_are_checked_never_aborts(tmp_path: Path) ->
     cfg = tmp_path / "web.yml"
     cfg.write_text(f"basic_auth_users:\n  prom: '{bcrypt.hashpw(b'right', bcrypt.gensalt(10)).decode()}'\n")
     for _ in range(3):
-        agent = Agent("--source", f"dir:{tmp_path}", "--period", "10s", "--window", "1s", "--jitter", "0",
-                      "--web-config", str(cfg))
+        agent = Agent(
+            "--source",
+            f"dir:{tmp_path}",
+            "--period",
+            "10s",
+            "--window",
+            "1s",
+            "--jitter",
+            "0",
+            "--web-config",
+            str(cfg),
+        )
         stop = threading.Event()
 
         def attack(agent: Agent = agent, stop: threading.Event = stop) -> None:
@@ -99,13 +134,22 @@ def test_sigterm_while_bad_passwords_are_checked_never_aborts(tmp_path: Path) ->
         no_traceback(agent)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--period", "1e12"), "warpwatch: error: period: must be at most 86400s (one window a day; got 1e+12s)"),
-    (("--window", "11m", "--period", "2h"),
-     "warpwatch: error: window: must be at most 600s (Kineto's on-demand traces are capped at 10 minutes; got 660s)"),
-    (("--collect-timeout", "1e9"), "warpwatch: error: collect_timeout: must be at most 3600s (an hour; got 1e+09s)"),
-    (("--max-trace-bytes", "9" * 400), "warpwatch: error: max_trace_bytes (--max-trace-bytes): invalid value"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--period", "1e12"), "warpwatch: error: period: must be at most 86400s (one window a day; got 1e+12s)"),
+        (
+            ("--window", "11m", "--period", "2h"),
+            "warpwatch: error: window: must be at most 600s"
+            " (Kineto's on-demand traces are capped at 10 minutes; got 660s)",
+        ),
+        (
+            ("--collect-timeout", "1e9"),
+            "warpwatch: error: collect_timeout: must be at most 3600s (an hour; got 1e+09s)",
+        ),
+        (("--max-trace-bytes", "9" * 400), "warpwatch: error: max_trace_bytes (--max-trace-bytes): invalid value"),
+    ],
+)
 @pytest.mark.slow
 def test_out_of_bounds_settings_are_one_clean_error(args: tuple[str, ...], message: str) -> None:
     result = run_cli("run", "--source", "dir:/x", *args, timeout=30)
@@ -175,6 +219,9 @@ def test_distinct_failing_files_are_distinct_log_lines(tmp_path: Path, caplog: p
     svc = service_for(src)
     for _ in range(3):
         svc.run_round()
-    shown = [r.warpwatch_fields["file"] for r in caplog.records  # type: ignore[attr-defined]
-             if r.msg == "window" and r.levelno >= logging.WARNING]
+    shown = [
+        r.warpwatch_fields["file"]
+        for r in caplog.records  # type: ignore[attr-defined]
+        if r.msg == "window" and r.levelno >= logging.WARNING
+    ]
     assert shown == ["trace_1.json", "trace_2.json"]  # the third is trace_1's repeat: rate-limited

@@ -138,8 +138,19 @@ def test_the_agent_in_256_mib_survives_a_gzip_bomb_sparse_junk_and_a_500_mb_wind
         # The dir source checks that a .gz is complete by decompressing all of it (3 GiB here): on a
         # loaded machine that outlasts a short collect timeout, and a capture that timed out never
         # hands its files over again; the timeout is long so that the reader is what is tested.
-        agent = CgroupAgent(cg, "--source", f"dir:{folder}", "--period", "2s", "--window", "100ms",
-                            "--jitter", "0", "--collect-timeout", "120s")
+        agent = CgroupAgent(
+            cg,
+            "--source",
+            f"dir:{folder}",
+            "--period",
+            "2s",
+            "--window",
+            "100ms",
+            "--jitter",
+            "0",
+            "--collect-timeout",
+            "120s",
+        )
         peak = Peak(agent.proc.pid)
         try:
             t0 = time.monotonic()
@@ -159,8 +170,10 @@ def test_the_agent_in_256_mib_survives_a_gzip_bomb_sparse_junk_and_a_500_mb_wind
         finally:
             rc, _ = agent.stop(timeout=60)
             pss = peak.stop()
-        print(f"\nagent in 256 MiB: 3 hostile windows in {seconds:.1f} s, peak tree PSS {pss / 1024:.0f} MB, "
-              f"cgroup peak {cg.peak() / MiB:.0f} MiB (page cache included)")
+        print(
+            f"\nagent in 256 MiB: 3 hostile windows in {seconds:.1f} s, peak tree PSS {pss / 1024:.0f} MB, "
+            f"cgroup peak {cg.peak() / MiB:.0f} MiB (page cache included)"
+        )
         for line in agent.lines:
             if "event=window" in line or "event=memory_budget" in line:
                 print(line)
@@ -173,8 +186,13 @@ def test_analyze_reads_the_470_mb_trace_in_512_mib(big_trace: tuple[Path, int]) 
     big, kernels = big_trace
     with memcg.MemoryCgroup(512 * MiB) as cg:
         t0 = time.monotonic()
-        proc = cg.popen([sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(big)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=_env())
+        proc = cg.popen(
+            [sys.executable, "-m", "warpwatch", "analyze", "--format", "json", str(big)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env=_env(),
+        )
         peak = Peak(proc.pid)
         out, err = proc.communicate(timeout=600)
         pss = peak.stop()

@@ -35,8 +35,18 @@ class CostlySource(Source):
 
 
 def service(src: CostlySource, budget: float) -> Service:
-    return Service(Config(source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.5, jitter=0.0,
-                          overhead_budget=budget), sources=[src])
+    return Service(
+        Config(
+            source=("stand-in",),
+            address="127.0.0.1",
+            port=0,
+            period=10.0,
+            window=0.5,
+            jitter=0.0,
+            overhead_budget=budget,
+        ),
+        sources=[src],
+    )
 
 
 def test_a_stall_above_the_budget_stretches_the_period(caplog: pytest.LogCaptureFixture) -> None:

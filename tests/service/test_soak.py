@@ -32,13 +32,27 @@ def test_150_rounds_leave_fds_threads_and_the_trace_folder_where_they_were(tmp_p
     folder = tmp_path / "dropped"
     folder.mkdir()
     feeder = Feeder(folder, 0.1)
-    agent = AgentProcess("--source", f"replay:{ALEXNET}", "--source", f"dir:{folder}", "--delete-processed",
-                         "--period", "100ms", "--window", "5ms", "--jitter", "0", "--allow-high-duty",
-                         "--collect-timeout", "1s")
+    agent = AgentProcess(
+        "--source",
+        f"replay:{ALEXNET}",
+        "--source",
+        f"dir:{folder}",
+        "--delete-processed",
+        "--period",
+        "100ms",
+        "--window",
+        "5ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--collect-timeout",
+        "1s",
+    )
     try:
         # Each round: one replayed window, and one for the files dropped since the last round.
-        samples = soak(agent, folder, lambda f: f.windows >= WARM + 2 * ROUNDS, warm_windows=WARM, every_s=1.0,
-                       looks=20)  # the fewest over 1 s: between rounds
+        samples = soak(
+            agent, folder, lambda f: f.windows >= WARM + 2 * ROUNDS, warm_windows=WARM, every_s=1.0, looks=20
+        )  # the fewest over 1 s: between rounds
         ok = agent.windows("ok")
     finally:
         feeder.stop()

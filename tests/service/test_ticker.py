@@ -111,7 +111,8 @@ def settle(clock: FakeClock, ticks: Ticks, count: int) -> None:
 
 
 def test_the_first_tick_comes_at_once_then_one_every_period(
-        clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker]) -> None:
+    clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker]
+) -> None:
     started()
     ticks.wait_for(1)
     for n in range(2, 6):
@@ -122,7 +123,8 @@ def test_the_first_tick_comes_at_once_then_one_every_period(
 
 
 def test_a_scheduler_late_by_several_periods_ticks_once_not_in_a_burst(
-        clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker]) -> None:
+    clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker]
+) -> None:
     """The process was stopped (or starved) for three periods: one tick stands for all of them."""
     started()
     ticks.wait_for(1)
@@ -133,7 +135,8 @@ def test_a_scheduler_late_by_several_periods_ticks_once_not_in_a_burst(
 
 
 def test_a_tick_still_running_when_the_next_is_due_is_not_run_twice(
-        clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker], caplog: pytest.LogCaptureFixture) -> None:
+    clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker], caplog: pytest.LogCaptureFixture
+) -> None:
     """Never two ticks at once: ticks due while one runs are skipped (APScheduler says so), and the
     schedule goes on from the next period after the one that ran late."""
     ticks.hold = 2
@@ -154,7 +157,8 @@ def test_a_tick_still_running_when_the_next_is_due_is_not_run_twice(
 
 
 def test_a_wall_clock_step_makes_the_next_tick_due_at_once(
-        clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker]) -> None:
+    clock: FakeClock, ticks: Ticks, started: Callable[..., Ticker]
+) -> None:
     """APScheduler 3 schedules on the wall clock: without the watchdog, a backward step of an hour
     would stop rounds for an hour. The wall clock seen by the watchdog is stepped back by one."""
     offset = [0.0]

@@ -70,8 +70,12 @@ class LongKernelSource(Source):
 
 def test_the_service_probes_then_asks_for_the_lengthened_window(tmp_path: Path) -> None:
     src = LongKernelSource(tmp_path, kernel_s=0.3)  # 3 x the configured 0.1 s window
-    svc = Service(Config(source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.1,
-                         jitter=0.0, adaptive_window=True), sources=[src])
+    svc = Service(
+        Config(
+            source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.1, jitter=0.0, adaptive_window=True
+        ),
+        sources=[src],
+    )
     for _ in range(3):
         svc.run_round()
     # cap = 10 % of 10 s; the first window is a probe of 8 x 0.1 s that holds the 0.3 s kernel;
@@ -82,8 +86,9 @@ def test_the_service_probes_then_asks_for_the_lengthened_window(tmp_path: Path) 
 
 def test_without_the_setting_the_window_stays_what_was_configured(tmp_path: Path) -> None:
     src = LongKernelSource(tmp_path, kernel_s=0.3)
-    svc = Service(Config(source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.1,
-                         jitter=0.0), sources=[src])
+    svc = Service(
+        Config(source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.1, jitter=0.0), sources=[src]
+    )
     for _ in range(2):
         svc.run_round()
     assert src.asked == [0.1, 0.1]

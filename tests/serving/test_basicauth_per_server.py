@@ -57,8 +57,12 @@ def test_two_basic_auths_keep_their_own_checks(tmp_path: Path, bcrypts: list[byt
 
 @contextlib.contextmanager
 def server(web: WebConfig) -> Iterator[HttpServer]:
-    http = HttpServer(Endpoints(lambda accept: (BODY, "text/plain; version=0.0.4"), lambda: (True, "ready"), web),
-                      "127.0.0.1", 0, web=web)
+    http = HttpServer(
+        Endpoints(lambda accept: (BODY, "text/plain; version=0.0.4"), lambda: (True, "ready"), web),
+        "127.0.0.1",
+        0,
+        web=web,
+    )
     http.start()
     try:
         yield http

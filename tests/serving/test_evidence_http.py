@@ -28,9 +28,21 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Agent, Pat
     (tmp / "traces").mkdir()
     (tmp / "web.yml").write_text(f"basic_auth_users:\n  {USER}: {HASH}\n")
     trace = write(tmp / "traces" / "w.pt.trace.json", trace_doc([span(0, 1000), kernel("k", ts=10, dur=50)]))
-    agent = Agent("--source", f"dir:{tmp / 'traces'}", "--evidence-dir", str(tmp / "ev"), "--web-config",
-                  str(tmp / "web.yml"), "--period", "300ms", "--window", "20ms", "--jitter", "0",
-                  "--allow-high-duty")
+    agent = Agent(
+        "--source",
+        f"dir:{tmp / 'traces'}",
+        "--evidence-dir",
+        str(tmp / "ev"),
+        "--web-config",
+        str(tmp / "web.yml"),
+        "--period",
+        "300ms",
+        "--window",
+        "20ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+    )
     try:
         yield agent, trace
     finally:
@@ -71,13 +83,16 @@ def test_evidence_needs_the_same_credentials_as_metrics(agent: tuple[Agent, Path
         assert status == 401 and headers["WWW-Authenticate"].startswith("Basic"), path
 
 
-@pytest.mark.parametrize("path", [
-    "/evidence/20251205T080000Z-999999",  # an id, not kept
-    "/evidence/..%2f..%2fetc%2fpasswd",
-    "/evidence/%2e%2e/%2e%2e/web.yml",
-    "/evidence/20251205T080000Z-000001.meta.json",
-    "/evidence//etc/passwd",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/evidence/20251205T080000Z-999999",  # an id, not kept
+        "/evidence/..%2f..%2fetc%2fpasswd",
+        "/evidence/%2e%2e/%2e%2e/web.yml",
+        "/evidence/20251205T080000Z-000001.meta.json",
+        "/evidence//etc/passwd",
+    ],
+)
 def test_anything_but_a_kept_id_is_refused_and_counted(agent: tuple[Agent, Path], path: str) -> None:
     proc, _ = agent
     kept_list(proc)
@@ -110,8 +125,11 @@ def test_the_list_is_bounded_by_since_and_until_in_unix_seconds(agent: tuple[Age
     proc, _ = agent
     (entry,) = kept_list(proc)
     kept_at = float(entry["time"])  # type: ignore[arg-type]
-    for query, expected in ((f"since={kept_at - 1}&until={kept_at + 1}", [entry["id"]]),
-                            (f"since={kept_at + 1}", []), (f"until={kept_at - 1}", [])):
+    for query, expected in (
+        (f"since={kept_at - 1}&until={kept_at + 1}", [entry["id"]]),
+        (f"since={kept_at + 1}", []),
+        (f"until={kept_at - 1}", []),
+    ):
         status, _, body = proc.get(f"/evidence?{query}", AUTH)
         assert status == 200 and [m["id"] for m in json.loads(body)] == expected, query
     status, _, _ = proc.get("/evidence?since=yesterday", AUTH)

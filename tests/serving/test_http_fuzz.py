@@ -26,8 +26,13 @@ from hypothesis import strategies as st
 from warpwatch.serving import Endpoints, HttpServer, Limits
 
 HEADER_TIMEOUT_S = 1.0
-LIMITS = Limits(header_timeout_s=HEADER_TIMEOUT_S, idle_timeout_s=1.0, write_timeout_s=2.0,
-                max_header_bytes=16 * 1024, shutdown_timeout_s=2.0)
+LIMITS = Limits(
+    header_timeout_s=HEADER_TIMEOUT_S,
+    idle_timeout_s=1.0,
+    write_timeout_s=2.0,
+    max_header_bytes=16 * 1024,
+    shutdown_timeout_s=2.0,
+)
 ANSWER_WITHIN_S = HEADER_TIMEOUT_S + 4.0
 """Every connection is answered or closed by then: the header deadline, plus slack for 2 shared cores."""
 METRICS = b"# HELP up 1 when up\n# TYPE up gauge\nup 1.0\n"
@@ -69,8 +74,12 @@ def logs() -> Iterator[Collected]:
 
 @pytest.fixture(scope="module")
 def server(logs: Collected) -> Iterator[HttpServer]:
-    s = HttpServer(Endpoints(lambda accept: (METRICS, "text/plain; version=0.0.4"), lambda: (True, "ready")),
-                   "127.0.0.1", 0, limits=LIMITS)
+    s = HttpServer(
+        Endpoints(lambda accept: (METRICS, "text/plain; version=0.0.4"), lambda: (True, "ready")),
+        "127.0.0.1",
+        0,
+        limits=LIMITS,
+    )
     s.start()
     try:
         yield s
@@ -81,27 +90,77 @@ def server(logs: Collected) -> Iterator[HttpServer]:
 
 # --------------------------------------------------------------------------------------------- inputs
 
-TOKEN = st.text(alphabet="!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
-                min_size=1, max_size=20).map(str.encode)
+TOKEN = st.text(
+    alphabet="!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", min_size=1, max_size=20
+).map(str.encode)
 ANY_BYTES = st.binary(max_size=64)
-METHOD = st.one_of(st.sampled_from([b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"TRACE",
-                                    b"CONNECT", b"PATCH", b"PRI", b"get", b""]), TOKEN, ANY_BYTES)
+METHOD = st.one_of(
+    st.sampled_from(
+        [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"TRACE", b"CONNECT", b"PATCH", b"PRI", b"get", b""]
+    ),
+    TOKEN,
+    ANY_BYTES,
+)
 PATH = st.one_of(
-    st.sampled_from([b"/metrics", b"/healthz", b"/readyz", b"/", b"*", b"/metrics?x=1", b"http://h/metrics",
-                     b"//metrics", b"/%2e%2e/metrics", b"/metrics#f"]),
+    st.sampled_from(
+        [
+            b"/metrics",
+            b"/healthz",
+            b"/readyz",
+            b"/",
+            b"*",
+            b"/metrics?x=1",
+            b"http://h/metrics",
+            b"//metrics",
+            b"/%2e%2e/metrics",
+            b"/metrics#f",
+        ]
+    ),
     st.text(max_size=40).map(lambda t: b"/" + t.encode("utf-8", "surrogatepass")),
     st.lists(st.integers(0, 255), max_size=20).map(lambda xs: b"/" + b"".join(b"%%%02X" % x for x in xs)),
     st.integers(1, 20_000).map(lambda n: b"/" + b"a" * n),
     ANY_BYTES,
 )
-VERSION = st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/0.9", b"HTTP/2.0", b"HTTP/1.1x", b"HTTP/9", b"",
-                           b"http/1.1"])
+VERSION = st.sampled_from(
+    [b"HTTP/1.1", b"HTTP/1.0", b"HTTP/0.9", b"HTTP/2.0", b"HTTP/1.1x", b"HTTP/9", b"", b"http/1.1"]
+)
 HEADER = st.one_of(
-    st.tuples(st.sampled_from([b"Host", b"Accept", b"Accept-Encoding", b"Connection", b"Content-Length",
-                               b"Transfer-Encoding", b"Authorization", b"Expect", b"Upgrade"]),
-              st.one_of(st.sampled_from([b"x", b"gzip;q=0", b"*", b"close", b"keep-alive", b"chunked", b"0",
-                                         b"-1", b"99999999999999999999", b"identity, chunked", b"100-continue",
-                                         b"Basic !!!", b"websocket", b"h2c"]), ANY_BYTES)),
+    st.tuples(
+        st.sampled_from(
+            [
+                b"Host",
+                b"Accept",
+                b"Accept-Encoding",
+                b"Connection",
+                b"Content-Length",
+                b"Transfer-Encoding",
+                b"Authorization",
+                b"Expect",
+                b"Upgrade",
+            ]
+        ),
+        st.one_of(
+            st.sampled_from(
+                [
+                    b"x",
+                    b"gzip;q=0",
+                    b"*",
+                    b"close",
+                    b"keep-alive",
+                    b"chunked",
+                    b"0",
+                    b"-1",
+                    b"99999999999999999999",
+                    b"identity, chunked",
+                    b"100-continue",
+                    b"Basic !!!",
+                    b"websocket",
+                    b"h2c",
+                ]
+            ),
+            ANY_BYTES,
+        ),
+    ),
     st.tuples(TOKEN, ANY_BYTES),
     st.tuples(ANY_BYTES, ANY_BYTES),
     st.tuples(TOKEN, st.integers(1, 40_000).map(lambda n: b"v" * n)),  # huge
@@ -128,9 +187,13 @@ def body(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], bytes]:
 @st.composite
 def requests(draw: st.DrawFn) -> tuple[bytes, str]:
     method, path, version = draw(METHOD), draw(PATH), draw(VERSION)
-    line = draw(st.one_of(st.just(method + b" " + path + b" " + version),
-                          st.just(method + b" " + path),  # HTTP/0.9 style
-                          ANY_BYTES))
+    line = draw(
+        st.one_of(
+            st.just(method + b" " + path + b" " + version),
+            st.just(method + b" " + path),  # HTTP/0.9 style
+            ANY_BYTES,
+        )
+    )
     headers = draw(st.lists(HEADER, max_size=8))
     if draw(st.booleans()):
         headers = headers * draw(st.integers(1, 30))  # duplicated, many
@@ -193,12 +256,17 @@ def scrape(port: int) -> bytes:
 # --------------------------------------------------------------------------------------------- tests
 
 
-@settings(max_examples=120, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @pytest.mark.slow
 @given(request=requests())
-def test_any_request_gets_a_clean_answer_or_close_in_bounded_time(server: HttpServer, logs: Collected,
-                                                                   request: tuple[bytes, str]) -> None:
+def test_any_request_gets_a_clean_answer_or_close_in_bounded_time(
+    server: HttpServer, logs: Collected, request: tuple[bytes, str]
+) -> None:
     payload, ending = request
     assert_clean(exchange(server.port, payload, ending))
     assert logs.tracebacks() == []
@@ -207,8 +275,9 @@ def test_any_request_gets_a_clean_answer_or_close_in_bounded_time(server: HttpSe
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=st.lists(requests(), min_size=2, max_size=4))
-def test_pipelined_requests_on_one_connection_get_clean_answers(server: HttpServer, logs: Collected,
-                                                                requests: list[tuple[bytes, str]]) -> None:
+def test_pipelined_requests_on_one_connection_get_clean_answers(
+    server: HttpServer, logs: Collected, requests: list[tuple[bytes, str]]
+) -> None:
     assert_clean(exchange(server.port, b"".join(p for p, _ in requests), requests[-1][1]))
     assert logs.tracebacks() == []
 
@@ -246,7 +315,8 @@ def test_a_request_the_parser_refuses_is_counted_and_logged_in_one_line(server: 
 
 
 def test_after_the_generated_requests_the_server_still_scrapes_and_logged_no_traceback(
-        server: HttpServer, logs: Collected, capfd: pytest.CaptureFixture[str]) -> None:
+    server: HttpServer, logs: Collected, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Runs last in this module (pytest keeps file order): the same server took every request above."""
     assert_clean(exchange(server.port, b"GET /" + "é%00".encode() * 3000 + b" HTTP/1.1\r\n\r\n", "half_close"))
     scrape(server.port)

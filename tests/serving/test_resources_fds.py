@@ -75,12 +75,31 @@ def value(body: bytes, name: str, **labels: str) -> float | None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("nofile", "soft_after"), [("256:256", 256), ("256:4096", 4096)])
 def test_the_agent_keeps_serving_and_reading_traces_under_1200_idle_connections(
-        tmp_path: Path, nofile: str, soft_after: int) -> None:
+    tmp_path: Path, nofile: str, soft_after: int
+) -> None:
     traces = tmp_path / "traces"
     traces.mkdir()
-    agent = Process([*prlimit(nofile), sys.executable, "-m", "warpwatch", "run", "--address", "127.0.0.1",
-                     "--port", "0", "--period", "1s", "--window", "50ms", "--jitter", "0",
-                     "--source", f"dir:{traces}"])
+    agent = Process(
+        [
+            *prlimit(nofile),
+            sys.executable,
+            "-m",
+            "warpwatch",
+            "run",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--period",
+            "1s",
+            "--window",
+            "50ms",
+            "--jitter",
+            "0",
+            "--source",
+            f"dir:{traces}",
+        ]
+    )
     try:
         with idle_connections(agent.port, IDLE) as socks:
             assert len(socks) > 1000  # the listen backlog takes them; the agent closes the excess

@@ -50,8 +50,9 @@ class Renders:
 
 
 @contextlib.contextmanager
-def serving(limits: Limits | None = None, web_config: Path | None = None,
-            renders: Renders | None = None) -> Iterator[tuple[HttpServer, Renders]]:
+def serving(
+    limits: Limits | None = None, web_config: Path | None = None, renders: Renders | None = None
+) -> Iterator[tuple[HttpServer, Renders]]:
     r = renders or Renders()
     web = load_web_config(web_config) if web_config is not None else None
     server = HttpServer(Endpoints(r, lambda: (True, "ready"), web), "127.0.0.1", 0, web=web, limits=limits)
@@ -63,12 +64,17 @@ def serving(limits: Limits | None = None, web_config: Path | None = None,
         server.stop()
 
 
-def get(port: int, path: str = "/metrics", headers: dict[str, str] | None = None,
-        source: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
+def get(
+    port: int, path: str = "/metrics", headers: dict[str, str] | None = None, source: str = "127.0.0.1"
+) -> tuple[int, dict[str, str], bytes]:
     """One request from `source` (a loopback address) on its own connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as s:
-        lines = [f"GET {path} HTTP/1.1", "Host: x", "Connection: close",
-                 *(f"{k}: {v}" for k, v in (headers or {}).items())]
+        lines = [
+            f"GET {path} HTTP/1.1",
+            "Host: x",
+            "Connection: close",
+            *(f"{k}: {v}" for k, v in (headers or {}).items()),
+        ]
         s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         data = b""
         while chunk := s.recv(65536):
@@ -106,11 +112,24 @@ def wait_until(predicate: object, timeout: float = 10.0) -> None:
 # Negotiation
 
 
-@pytest.mark.parametrize(("header", "gz"), [
-    ("gzip", True), ("gzip;q=0", False), ("gzip; q=0.0", False), ("GZIP;Q=0.5", True), ("deflate", False),
-    ("*", True), ("*;q=0", False), ("gzip;q=0, *", False), ("identity, *;q=0.1", True), ("", False),
-    ("x-gzip", True), ("gzip;q=bogus", False), ("br, gzip;q=0.001", True),
-])
+@pytest.mark.parametrize(
+    ("header", "gz"),
+    [
+        ("gzip", True),
+        ("gzip;q=0", False),
+        ("gzip; q=0.0", False),
+        ("GZIP;Q=0.5", True),
+        ("deflate", False),
+        ("*", True),
+        ("*;q=0", False),
+        ("gzip;q=0, *", False),
+        ("identity, *;q=0.1", True),
+        ("", False),
+        ("x-gzip", True),
+        ("gzip;q=bogus", False),
+        ("br, gzip;q=0.001", True),
+    ],
+)
 def test_accept_encoding_q_values_are_respected(header: str, gz: bool) -> None:
     assert accepts_gzip(header) is gz
 
@@ -175,7 +194,8 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
 
 @pytest.mark.slow
 def test_a_request_whose_headers_never_finish_gets_no_response_and_is_never_rendered(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Issue: closing 2,000 half-sent connections made the server answer each as GET /metrics."""
     caplog.set_level(logging.INFO)
     with serving(Limits(header_timeout_s=1.0)) as (server, renders):
@@ -247,8 +267,11 @@ def test_a_client_that_goes_away_is_one_log_line_never_a_traceback(caplog: pytes
         renders.hold.set()
         wait_until(lambda: server.connections == 0)
         assert get(server.port)[0] == 200
-    gone = [r for r in caplog.records if getattr(r, "warpwatch_fields", {}).get("reason") == "client_gone"
-            and r.levelno >= logging.INFO]
+    gone = [
+        r
+        for r in caplog.records
+        if getattr(r, "warpwatch_fields", {}).get("reason") == "client_gone" and r.levelno >= logging.INFO
+    ]
     assert len(gone) == 1
     assert not any(r.exc_info for r in caplog.records)
 
@@ -348,17 +371,18 @@ def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monk
 
 
 @pytest.mark.slow
-def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_server(
-        pki: Pki, tmp_path: Path) -> None:
+def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_server(pki: Pki, tmp_path: Path) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(pki.server_crt, cert)
     shutil.copy(pki.server_key, key)
     cfg = tmp_path / "web.yml"
-    cfg.write_text(f"tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
-                   f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
-                   "  client_allowed_sans: [prometheus.test]\n"
-                   f"basic_auth_users:\n  {USER}: {HASH}\n"
-                   "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n")
+    cfg.write_text(
+        f"tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
+        "  client_allowed_sans: [prometheus.test]\n"
+        f"basic_auth_users:\n  {USER}: {HASH}\n"
+        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
+    )
     client = (pki.client_crt, pki.client_key)
     with serving(web_config=cfg) as (server, _):
         url = f"https://127.0.0.1:{server.port}/metrics"
@@ -372,8 +396,10 @@ def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_serv
         assert plain.status == 400 and b"Client sent an HTTP request to an HTTPS server" in plain.body
 
         def serial() -> int:
-            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, \
-                    client_context(pki, client).wrap_socket(raw, server_hostname="localhost") as conn:
+            with (
+                socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+                client_context(pki, client).wrap_socket(raw, server_hostname="localhost") as conn,
+            ):
                 return int(conn.getpeercert()["serialNumber"], 16)  # type: ignore[index, arg-type]
 
         assert serial() == 2
@@ -386,9 +412,11 @@ def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_serv
 
 def test_a_client_certificate_without_an_allowed_san_is_refused_before_any_http(pki: Pki, tmp_path: Path) -> None:
     cfg = tmp_path / "web.yml"
-    cfg.write_text(f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n"
-                   f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
-                   "  client_allowed_sans: [grafana.test]\n")
+    cfg.write_text(
+        f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n"
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
+        "  client_allowed_sans: [grafana.test]\n"
+    )
     with serving(web_config=cfg) as (server, renders):
         refused(f"https://127.0.0.1:{server.port}/metrics", client_context(pki, (pki.client_crt, pki.client_key)))
         assert renders.count == 0

@@ -33,8 +33,9 @@ from warpwatch.serving.webfile import load_web_config
 @pytest.mark.slow
 def test_https_with_basic_auth(pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    cfg = load_web_config(tls_config(pki, tmp_path, rest="http_server_config:\n  headers:\n"
-                                                          "    X-Content-Type-Options: nosniff\n"))
+    cfg = load_web_config(
+        tls_config(pki, tmp_path, rest="http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n")
+    )
     ctx = client_context(pki)
     with serve(cfg) as port:
         url = f"https://127.0.0.1:{port}/metrics"
@@ -44,9 +45,15 @@ def test_https_with_basic_auth(pki: Pki, tmp_path: Path, caplog: pytest.LogCaptu
         assert "WWW-Authenticate" not in ok.headers
         assert get(f"https://localhost:{port}/metrics", ctx, basic(USER, PASSWORD)).status == 200  # DNS SAN
 
-        for auth in (basic(USER, "wrong"), None, basic("nobody", PASSWORD), "Basic !!notbase64!!",
-                     "Bearer " + PASSWORD, basic(USER, PASSWORD + "x" * 80),
-                     "Basic " + base64.b64encode(PASSWORD.encode()).decode()):
+        for auth in (
+            basic(USER, "wrong"),
+            None,
+            basic("nobody", PASSWORD),
+            "Basic !!notbase64!!",
+            "Bearer " + PASSWORD,
+            basic(USER, PASSWORD + "x" * 80),
+            "Basic " + base64.b64encode(PASSWORD.encode()).decode(),
+        ):
             denied = get(url, ctx, auth)
             assert denied.status == 401, auth
             assert denied.headers["WWW-Authenticate"].startswith('Basic realm="warpwatch"')
@@ -69,8 +76,9 @@ def test_https_with_basic_auth(pki: Pki, tmp_path: Path, caplog: pytest.LogCaptu
 
 @pytest.mark.slow
 def test_client_certificate_required(pki: Pki, tmp_path: Path) -> None:
-    cfg = load_web_config(tls_config(
-        pki, tmp_path, f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"))
+    cfg = load_web_config(
+        tls_config(pki, tmp_path, f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n")
+    )
     with serve(cfg) as port:
         url = f"https://127.0.0.1:{port}/metrics"
         assert get(url, client_context(pki, (pki.client_crt, pki.client_key)), basic(USER, PASSWORD)).status == 200
@@ -84,8 +92,9 @@ def test_client_certificate_required(pki: Pki, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_client_certificate_optional(pki: Pki, tmp_path: Path) -> None:
-    cfg = load_web_config(tls_config(
-        pki, tmp_path, f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {pki.ca}\n"))
+    cfg = load_web_config(
+        tls_config(pki, tmp_path, f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {pki.ca}\n")
+    )
     with serve(cfg) as port:
         url = f"https://127.0.0.1:{port}/metrics"
         assert get(url, client_context(pki), basic(USER, PASSWORD)).status == 200
@@ -97,8 +106,11 @@ def test_client_certificate_optional(pki: Pki, tmp_path: Path) -> None:
 def test_client_allowed_sans(pki: Pki, tmp_path: Path) -> None:
     base = f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
     client = (pki.client_crt, pki.client_key)
-    for sans, accepted in (("[spiffe://test/prometheus]", True), ("[other.test, prometheus.test]", True),
-                           ("[grafana.test]", False)):
+    for sans, accepted in (
+        ("[spiffe://test/prometheus]", True),
+        ("[other.test, prometheus.test]", True),
+        ("[grafana.test]", False),
+    ):
         cfg = load_web_config(tls_config(pki, tmp_path, base + f"  client_allowed_sans: {sans}\n", users=False))
         with serve(cfg) as port:
             url = f"https://127.0.0.1:{port}/metrics"
@@ -120,18 +132,25 @@ def test_min_version_tls13_refuses_a_tls12_client(pki: Pki, tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_max_version_and_cipher_suites_are_applied(pki: Pki, tmp_path: Path) -> None:
-    cfg = load_web_config(tls_config(pki, tmp_path, "  max_version: TLS12\n  cipher_suites:\n"
-                                                    "    - TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\n"))
-    with serve(cfg) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-            client_context(pki).wrap_socket(raw, server_hostname="localhost") as conn:
+    cfg = load_web_config(
+        tls_config(
+            pki, tmp_path, "  max_version: TLS12\n  cipher_suites:\n    - TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\n"
+        )
+    )
+    with (
+        serve(cfg) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        client_context(pki).wrap_socket(raw, server_hostname="localhost") as conn,
+    ):
         assert conn.version() == "TLSv1.2"
         cipher = conn.cipher()
         assert cipher is not None and cipher[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
 
 
 @pytest.mark.slow
-def test_a_silent_client_does_not_block_others_and_times_out(pki: Pki, tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_silent_client_does_not_block_others_and_times_out(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="warpwatch.webconfig")
     cfg = load_web_config(tls_config(pki, tmp_path))
     with serve(cfg, handshake_timeout=1.0) as port:
@@ -156,8 +175,10 @@ def test_a_rotated_certificate_is_picked_up(pki: Pki, tmp_path: Path) -> None:
     cfg = load_web_config(write_config(tmp_path, "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"))
 
     def serial(port: int) -> int:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-                client_context(pki).wrap_socket(raw, server_hostname="localhost") as conn:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            client_context(pki).wrap_socket(raw, server_hostname="localhost") as conn,
+        ):
             return int(conn.getpeercert()["serialNumber"], 16)  # type: ignore[index, arg-type]
 
     with serve(cfg) as port:
@@ -174,13 +195,18 @@ def test_a_rotated_certificate_is_picked_up(pki: Pki, tmp_path: Path) -> None:
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")
 def test_curl(pki: Pki, tmp_path: Path) -> None:
     assert CURL is not None
-    cfg = load_web_config(tls_config(
-        pki, tmp_path, f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"))
+    cfg = load_web_config(
+        tls_config(pki, tmp_path, f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n")
+    )
 
     def curl(*args: str) -> tuple[int, str, str]:
         """(curl's exit status, HTTP status code, body or error)."""
-        proc = subprocess.run([CURL, "-sS", "--max-time", "10", "--cacert", str(pki.ca), "-o", "-",
-                               "-w", "\n%{http_code}", *args], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [CURL, "-sS", "--max-time", "10", "--cacert", str(pki.ca), "-o", "-", "-w", "\n%{http_code}", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         body, _, code = proc.stdout.rpartition("\n")
         return proc.returncode, code, body if proc.returncode == 0 else proc.stderr
 
@@ -271,8 +297,9 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(pki: Pki, tmp_path: Path) -
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     plain_tls = load_web_config(tls_config(pki, tmp_path / "a"))
-    mutual_tls = load_web_config(tls_config(
-        pki, tmp_path / "b", f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"))
+    mutual_tls = load_web_config(
+        tls_config(pki, tmp_path / "b", f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n")
+    )
     with serve(plain_tls) as port_a, serve(mutual_tls) as port_b:
         cert = f"cert_file: {pki.client_crt}, key_file: {pki.client_key}, "
         jobs = {
@@ -285,16 +312,24 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(pki: Pki, tmp_path: Path) -
             f"  - job_name: {job}\n    scheme: https\n    tls_config: {{{c}ca_file: {pki.ca}}}\n"
             f"    basic_auth: {{username: {USER}, password: {pw}}}\n"
             f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
-            for job, (port, c, pw) in jobs.items())
+            for job, (port, c, pw) in jobs.items()
+        )
         (tmp_path / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n" + scrape)
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n" + scrape
+        )
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         with (tmp_path / "prometheus.log").open("w") as log:
             proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                stdout=log, stderr=subprocess.STDOUT)
+                [
+                    PROMETHEUS,
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 deadline = time.monotonic() + 25
                 targets: dict[str, dict[str, Any]] = {}

@@ -150,8 +150,9 @@ def truth(sc: Scenario, launches: Sequence[Launch]) -> Truth:
     return out
 
 
-def windows(sc: Scenario, launches: Sequence[Launch], n: int, rng: random.Random,
-            window_us: float | None = None) -> list[tuple[float, list[Launch]]]:
+def windows(
+    sc: Scenario, launches: Sequence[Launch], n: int, rng: random.Random, window_us: float | None = None
+) -> list[tuple[float, list[Launch]]]:
     """`n` windows of length W, each with the launches Kineto keeps: those wholly inside (a window
     running past the horizon wraps around). Positions are stratified: window i starts uniformly at
     random within the i-th n-th of the circle, so each position is equally likely (the estimates
@@ -164,8 +165,11 @@ def windows(sc: Scenario, launches: Sequence[Launch], n: int, rng: random.Random
         t1 = t0 + w
         kept = [x for x in launches if x.ts >= t0 and x.end <= t1]
         if t1 > horizon:  # wrapped part: the start of the stream, shifted by one horizon
-            kept += [Launch(x.name, x.grid, x.stream, x.ts + horizon, x.dur) for x in launches
-                     if x.ts + horizon >= t0 and x.end + horizon <= t1]
+            kept += [
+                Launch(x.name, x.grid, x.stream, x.ts + horizon, x.dur)
+                for x in launches
+                if x.ts + horizon >= t0 and x.end + horizon <= t1
+            ]
         out.append((t0, kept))
     return out
 
@@ -180,8 +184,13 @@ def trace_doc(t0: float, w: float, kept: Sequence[Launch]) -> dict[str, Any]:
     return {"schemaVersion": 1, "deviceProperties": [H100], "traceEvents": events}
 
 
-def write_windows(folder: Path, sc: Scenario, cut: Sequence[tuple[float, list[Launch]]],
-                  worker: str = "sim", window_us: float | None = None) -> list[Path]:
+def write_windows(
+    folder: Path,
+    sc: Scenario,
+    cut: Sequence[tuple[float, list[Launch]]],
+    worker: str = "sim",
+    window_us: float | None = None,
+) -> list[Path]:
     """One trace file per window, named like `tensorboard_trace_handler`'s output (one worker, so
     the agent treats them as one process), in capture order."""
     w = window_us or sc.window_us

@@ -42,8 +42,15 @@ def free_port() -> int:
 
 
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "warpwatch", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=agent_env(), check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "warpwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=agent_env(),
+        check=False,
+    )
 
 
 def agent_env() -> dict[str, str]:
@@ -64,8 +71,7 @@ class Agent:
     def __init__(self, *args: str, startup_timeout: float = 20.0, defaults: bool = False) -> None:
         cmd = [sys.executable, "-m", "warpwatch", "run", "--address", "127.0.0.1", "--port", "0", *args]
         env = agent_env() if defaults else {**agent_env(), **GAUGES_ENV}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -218,24 +224,40 @@ def assert_matches_analysis(samples: Samples, doc: dict[str, Any], top_kernels: 
         if rest:
             other = {"gpu": str(gpu), "kernel": "other"}
             assert sample(samples, md.KERNEL_TIME_SHARE.name, **other) == pytest.approx(
-                sum(k["time_share"] for k in rest), rel=1e-12)
+                sum(k["time_share"] for k in rest), rel=1e-12
+            )
             assert sample(samples, md.KERNEL_LAUNCH_RATE.name, **other) == pytest.approx(
-                sum(k["launch_rate_per_s"] for k in rest), rel=1e-12)
+                sum(k["launch_rate_per_s"] for k in rest), rel=1e-12
+            )
             known = [k for k in rest if k["warps_per_sm"] is not None]
             assert sample(samples, md.KERNEL_WARPS_PER_SM.name, **other) == pytest.approx(
                 sum(k["warps_per_sm"] * k["gpu_time_us"] for k in known) / sum(k["gpu_time_us"] for k in known),
-                rel=1e-12)
-            assert sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **other) == sum(
-                k["launches_observed"] for k in rest) * windows
+                rel=1e-12,
+            )
+            assert (
+                sample(samples, md.exposed_name(md.KERNEL_LAUNCHES_OBSERVED), **other)
+                == sum(k["launches_observed"] for k in rest) * windows
+            )
     for d in doc["devices"]:
         assert sample(samples, md.exposed_name(md.GPU_OBSERVED_SECONDS), gpu=d["device"]) == pytest.approx(
-            doc["window"]["duration_us"] / 1e6 * windows, rel=1e-9)
+            doc["window"]["duration_us"] / 1e6 * windows, rel=1e-9
+        )
         for m, field in DEVICE_FIELDS.items():
             assert sample(samples, m.name, gpu=d["device"]) == d[field], m.name
         if d["name"] is not None:
-            assert sample(samples, md.GPU_INFO.name, gpu=d["device"], name=d["name"],
-                          compute_capability=d["compute_capability"], sms=d["sms"], vendor=d["vendor"],
-                          uuid=d["uuid"] or "") == 1.0
+            assert (
+                sample(
+                    samples,
+                    md.GPU_INFO.name,
+                    gpu=d["device"],
+                    name=d["name"],
+                    compute_capability=d["compute_capability"],
+                    sms=d["sms"],
+                    vendor=d["vendor"],
+                    uuid=d["uuid"] or "",
+                )
+                == 1.0
+            )
     gpus = {k["device"] for k in doc["kernels"]}
     expected = sum(min(top_kernels + 1, sum(k["device"] == g for k in doc["kernels"])) for g in gpus)
     assert len(series(samples, md.KERNEL_TIME_SHARE.name)) == expected
@@ -272,8 +294,16 @@ class StubSource(Source):
 
 def service_for(source: StubSource, service: dict[str, Any] | None = None, **config: Any) -> Service:
     """A `Service` over `source`, with `config` settings and `service` constructor arguments."""
-    settings: dict[str, Any] = {"source": ("stub:1",), "address": "127.0.0.1", "port": 0, "period": 1.0,
-                                "window": 0.05, "jitter": 0.0, "allow_high_duty": True, "collect_timeout": 0.2}
+    settings: dict[str, Any] = {
+        "source": ("stub:1",),
+        "address": "127.0.0.1",
+        "port": 0,
+        "period": 1.0,
+        "window": 0.05,
+        "jitter": 0.0,
+        "allow_high_duty": True,
+        "collect_timeout": 0.2,
+    }
     settings.update(config)
     return Service(Config(**settings), sources=[source], **(service or {}))
 

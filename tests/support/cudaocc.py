@@ -58,9 +58,18 @@ Case = tuple[DeviceProperties, int, int, int, bool]
 
 def _device_line(d: DeviceProperties) -> str:
     fields = (
-        d.compute_major, d.compute_minor, d.max_threads_per_block, d.max_threads_per_sm, d.regs_per_block,
-        d.regs_per_sm, d.warp_size, d.shared_mem_per_block, d.shared_mem_per_sm, d.num_sms,
-        d.shared_mem_per_block_optin, reserved_shared_mem_per_block(d.compute_major),
+        d.compute_major,
+        d.compute_minor,
+        d.max_threads_per_block,
+        d.max_threads_per_sm,
+        d.regs_per_block,
+        d.regs_per_sm,
+        d.warp_size,
+        d.shared_mem_per_block,
+        d.shared_mem_per_sm,
+        d.num_sms,
+        d.shared_mem_per_block_optin,
+        reserved_shared_mem_per_block(d.compute_major),
     )
     assert all(isinstance(v, int) for v in fields), d
     return " ".join(str(v) for v in fields)
@@ -90,8 +99,12 @@ def _ours(case: Case) -> tuple[int, ...]:
     if isinstance(result, OccupancyResult):
         assert public == result
         return (
-            result.active_blocks_per_sm, result.limiting_factors_mask, result.block_limit_warps,
-            result.block_limit_registers, result.block_limit_shared_memory, result.block_limit_blocks,
+            result.active_blocks_per_sm,
+            result.limiting_factors_mask,
+            result.block_limit_warps,
+            result.block_limit_registers,
+            result.block_limit_shared_memory,
+            result.block_limit_blocks,
             result.block_limit_barriers,
         )
     assert isinstance(result, int), f"not callable through the header: {case}"
@@ -113,12 +126,13 @@ def _compare(driver: Path, cases: list[Case], what: str) -> dict[str, int]:
             outcome["zero" if want[0] == 0 else "positive"] += 1
     if mismatches:
         shown = "\n".join(
-            f"  {d.compute_capability} {_device_line(d)} T={t} regs={r} smem={s} optin={o}: "
-            f"header {want}, port {got}"
+            f"  {d.compute_capability} {_device_line(d)} T={t} regs={r} smem={s} optin={o}: header {want}, port {got}"
             for (d, t, r, s, o), want, got in mismatches[:10]
         )
-        pytest.fail(f"{len(mismatches)} of {len(cases)} {what} differ from cuda_occupancy.h "
-                    f"(header (active, factors, warps, regs, smem, blocks, barriers) or (error,)):\n{shown}")
+        pytest.fail(
+            f"{len(mismatches)} of {len(cases)} {what} differ from cuda_occupancy.h "
+            f"(header (active, factors, warps, regs, smem, blocks, barriers) or (error,)):\n{shown}"
+        )
     return outcome
 
 

@@ -60,8 +60,9 @@ class Peer:
             env["KINETO_IPC_SOCKET_DIR"] = str(self.socket_dir) if socket_dir is None else socket_dir
         return env
 
-    def spawn(self, seconds: float = 30.0, abstract: bool = False,
-              socket_dir: str | None = None) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, seconds: float = 30.0, abstract: bool = False, socket_dir: str | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.root / f"client{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, "-c", CLIENT, str(seconds)], env=self.env(abstract, socket_dir), stdout=log, stderr=log

@@ -37,9 +37,11 @@ def _find_helm() -> str | None:
 
 
 HELM = _find_helm()
-HELM_MISSING = (f"helm not found: WARPWATCH_HELM={os.environ['WARPWATCH_HELM']!r} is no executable file"
-                if "WARPWATCH_HELM" in os.environ
-                else "helm not found at .tools/bin/helm or on PATH (bash .ci/install-helm installs it)")
+HELM_MISSING = (
+    f"helm not found: WARPWATCH_HELM={os.environ['WARPWATCH_HELM']!r} is no executable file"
+    if "WARPWATCH_HELM" in os.environ
+    else "helm not found at .tools/bin/helm or on PATH (bash .ci/install-helm installs it)"
+)
 needs_helm = pytest.mark.skipif(HELM is None, reason=HELM_MISSING)
 """The mark of every test that runs helm: without helm, a skip that says how to get it."""
 PROMTOOL = shutil.which("promtool")
@@ -75,14 +77,28 @@ ALL_CONFIG: dict[str, Any] = {
 
 
 ALL_CONFIG_EXPECTED: dict[str, Any] = {
-    "source": ("kineto-daemon", "dir:/tmp/warpwatch/extra"), "port": 9100, "period": 90.0, "window": 0.5,
-    "overhead_budget": 0.02, "adaptive_window": True, "jitter": 2.0, "top_kernels": 20, "kernel_gauges": True,
-    "max_gpus": 128, "log_level": "debug",
+    "source": ("kineto-daemon", "dir:/tmp/warpwatch/extra"),
+    "port": 9100,
+    "period": 90.0,
+    "window": 0.5,
+    "overhead_budget": 0.02,
+    "adaptive_window": True,
+    "jitter": 2.0,
+    "top_kernels": 20,
+    "kernel_gauges": True,
+    "max_gpus": 128,
+    "log_level": "debug",
     "log_format": "text",
     "allow_high_duty": False,
-    "trace_dir": Path("/tmp/traces"), "delete_processed": True, "retention_files": 100,
-    "retention_bytes": 1024**3, "max_trace_bytes": 3 * 1024**3, "collect_timeout": 45.0,
-    "evidence_dir": Path("/var/lib/warpwatch/evidence"), "evidence_bytes": 256 * 1024**2, "evidence_files": 50,
+    "trace_dir": Path("/tmp/traces"),
+    "delete_processed": True,
+    "retention_files": 100,
+    "retention_bytes": 1024**3,
+    "max_trace_bytes": 3 * 1024**3,
+    "collect_timeout": 45.0,
+    "evidence_dir": Path("/var/lib/warpwatch/evidence"),
+    "evidence_bytes": 256 * 1024**2,
+    "evidence_files": 50,
 }
 
 
@@ -92,12 +108,19 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "native-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "native"}},
     "regular-sidecar": {"example": {"enabled": True}, "warpwatch": {"sidecarMode": "regular"}},
     "declared-torch": {"kineto": {"torchVersion": "2.10.0+cu128"}},
-    "evidence-claim": {"example": {"enabled": True}, "warpwatch": {
-        "evidenceVolume": {"name": "evidence"},
-        "extraVolumes": [{"name": "evidence", "persistentVolumeClaim": {"claimName": "warpwatch-evidence"}}]}},
+    "evidence-claim": {
+        "example": {"enabled": True},
+        "warpwatch": {
+            "evidenceVolume": {"name": "evidence"},
+            "extraVolumes": [{"name": "evidence", "persistentVolumeClaim": {"claimName": "warpwatch-evidence"}}],
+        },
+    },
     "no-evidence": {"example": {"enabled": True}, "warpwatch": {"config": {"evidence_dir": None}}},
-    "no-monitoring": {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
-                      "dashboards": {"enabled": False}},
+    "no-monitoring": {
+        "serviceMonitor": {"enabled": False},
+        "prometheusRule": {"enabled": False},
+        "dashboards": {"enabled": False},
+    },
     "all-features": {
         "image": {"digest": "sha256:" + "ab" * 32},
         "imagePullSecrets": [{"name": "registry"}],
@@ -116,19 +139,25 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "probeScheme": "HTTPS",
             "traceVolume": {"medium": "Memory", "sizeLimit": "512Mi"},
         },
-        "example": {"enabled": True, "gpu": {"count": 2}, "runtimeClassName": "nvidia",
-                    "podAnnotations": {"team": "ml"},
-                    "env": [{"name": "CUDA_MODULE_LOADING", "value": "LAZY"}],
-                    "nodeSelector": {"nvidia.com/gpu.present": "true"}},
+        "example": {
+            "enabled": True,
+            "gpu": {"count": 2},
+            "runtimeClassName": "nvidia",
+            "podAnnotations": {"team": "ml"},
+            "env": [{"name": "CUDA_MODULE_LOADING", "value": "LAZY"}],
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        },
         "service": {"annotations": {"note": "metrics"}},
-        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}, "scheme": "https",
-                           "tlsConfig": {"insecureSkipVerify": True},
-                           "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"],
-                                                  "regex": "python_gc_.*"}]},
+        "serviceMonitor": {
+            "enabled": True,
+            "labels": {"release": "kube-prometheus-stack"},
+            "scheme": "https",
+            "tlsConfig": {"insecureSkipVerify": True},
+            "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "python_gc_.*"}],
+        },
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "dashboards": {"enabled": True, "annotations": {"grafana_folder": "GPU"}},
-        "networkPolicy": {"enabled": True,
-                          "extraIngress": [{"ports": [{"port": 8000, "protocol": "TCP"}]}]},
+        "networkPolicy": {"enabled": True, "extraIngress": [{"ports": [{"port": 8000, "protocol": "TCP"}]}]},
     },
     "custom-labels": {
         "example": {"enabled": True},
@@ -138,16 +167,25 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "warpwatch": {"portName": "ww-metrics"},
         "serviceMonitor": {"enabled": True, "labels": {"prometheus": "main"}},
         "prometheusRule": {"enabled": True, "labels": {"role": "alert-rules"}},
-        "dashboards": {"enabled": True, "labelKey": "grafana.com/dashboard", "labelValue": "warpwatch",
-                       "namespace": "monitoring"},
+        "dashboards": {
+            "enabled": True,
+            "labelKey": "grafana.com/dashboard",
+            "labelValue": "warpwatch",
+            "namespace": "monitoring",
+        },
     },
     "network-policy": {
         "example": {"enabled": True},
-        "networkPolicy": {"enabled": True, "from": [
-            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
-             "podSelector": {"matchLabels": {"app": "vmagent"}}},
-            {"ipBlock": {"cidr": "10.0.0.0/8"}},
-        ]},
+        "networkPolicy": {
+            "enabled": True,
+            "from": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                    "podSelector": {"matchLabels": {"app": "vmagent"}},
+                },
+                {"ipBlock": {"cidr": "10.0.0.0/8"}},
+            ],
+        },
     },
     "no-daemon-no-gpu": {
         "kineto": {"useDaemon": False},
@@ -157,12 +195,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _helm(*args: str, check: bool = True, cwd: Path | None = None, env: dict[str, str] | None = None,
-          stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _helm(
+    *args: str, check: bool = True, cwd: Path | None = None, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     if HELM is None:
         pytest.skip(HELM_MISSING)
-    proc = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env,
-                          input=stdin)
+    proc = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env, input=stdin)
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -170,8 +208,19 @@ def _helm(*args: str, check: bool = True, cwd: Path | None = None, env: dict[str
 
 @cache
 def _render_text(name: str, kube_version: str = KUBE_VERSIONS[-1], monitoring: bool = True) -> str:
-    return _helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
-                 *(MONITORING if monitoring else ()), "-f", "-", stdin=yaml.safe_dump(VALUE_SETS[name])).stdout
+    return _helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        kube_version,
+        *(MONITORING if monitoring else ()),
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(VALUE_SETS[name]),
+    ).stdout
 
 
 def render(name: str, kube_version: str = KUBE_VERSIONS[-1], *, monitoring: bool = True) -> list[dict[str, Any]]:
@@ -182,6 +231,7 @@ def render(name: str, kube_version: str = KUBE_VERSIONS[-1], *, monitoring: bool
 
 def values_of(name: str) -> dict[str, Any]:
     """values.yaml merged with the set's overrides (as Helm merges them)."""
+
     def merge(base: Any, over: Any) -> Any:
         if isinstance(base, dict) and isinstance(over, dict):
             out = dict(base)
@@ -189,6 +239,7 @@ def values_of(name: str) -> dict[str, Any]:
                 out[k] = merge(base.get(k), v)
             return out
         return copy.deepcopy(over)
+
     return merge(yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8")), VALUE_SETS[name])
 
 
@@ -281,8 +332,9 @@ def schema_errors(output: str) -> set[SchemaError]:
     return found
 
 
-def _complaints(path: str, message: str, kinds: tuple[tuple[re.Pattern[str], str], ...],
-                names: Callable[[str], list[str]]) -> set[SchemaError]:
+def _complaints(
+    path: str, message: str, kinds: tuple[tuple[re.Pattern[str], str], ...], names: Callable[[str], list[str]]
+) -> set[SchemaError]:
     for pattern, kind in kinds:
         match = pattern.search(message)
         if match is None:

@@ -42,8 +42,13 @@ class LabelWorker:
         self._proc = self._start()
 
     def _start(self) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-c", _CHILD, str(self._memory)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(self._memory)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def _ask(self, op: str, arg: Any, what: str) -> Any:
         proc = self._proc

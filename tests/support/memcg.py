@@ -24,8 +24,14 @@ def _v2_root() -> Path | None:
     for candidate in (ROOT, ROOT / "unified"):
         controllers = candidate / "cgroup.controllers"
         if controllers.exists() and "memory" in controllers.read_text().split():
-            rel = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
-                        if line.startswith("0::")), "/")
+            rel = next(
+                (
+                    line.split(":", 2)[2]
+                    for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.startswith("0::")
+                ),
+                "/",
+            )
             return candidate / rel.lstrip("/")
     return None
 

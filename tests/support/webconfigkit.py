@@ -32,8 +32,11 @@ def write_config(tmp_path: Path, text: str, name: str = "web-config.yml") -> Pat
 
 def tls_config(pki: Pki, tmp_path: Path, extra_tls: str = "", rest: str = "", users: bool = True) -> Path:
     """A config with TLS (absolute paths), the test user unless `users` is False, and more YAML."""
-    text = (f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n{extra_tls}"
-            + (f"basic_auth_users:\n  {USER}: {HASH}\n" if users else "") + rest)
+    text = (
+        f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n{extra_tls}"
+        + (f"basic_auth_users:\n  {USER}: {HASH}\n" if users else "")
+        + rest
+    )
     return write_config(tmp_path, text)
 
 

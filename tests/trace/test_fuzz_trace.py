@@ -70,11 +70,39 @@ def test_random_byte_flips_of_a_real_trace() -> None:
     assert counts["ok"] + counts["error"] == 300
 
 
-WRONG_VALUES: list[Any] = [None, "x", "", [], {}, [1, 2], {"a": 1}, True, -1, 0, 2**70, -(2**70), 1e308, -1e308,
-                           "inf", "nan", [2**40, 2**40, 2**40], [-1, 1, 1], "\x00\x1b[31m"]
+WRONG_VALUES: list[Any] = [
+    None,
+    "x",
+    "",
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    True,
+    -1,
+    0,
+    2**70,
+    -(2**70),
+    1e308,
+    -1e308,
+    "inf",
+    "nan",
+    [2**40, 2**40, 2**40],
+    [-1, 1, 1],
+    "\x00\x1b[31m",
+]
 EVENT_FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
-ARG_FIELDS = ["device", "stream", "grid", "block", "registers per thread", "shared memory", "warps per SM",
-              "blocks per SM", "est. achieved occupancy %"]
+ARG_FIELDS = [
+    "device",
+    "stream",
+    "grid",
+    "block",
+    "registers per thread",
+    "shared memory",
+    "warps per SM",
+    "blocks per SM",
+    "est. achieved occupancy %",
+]
 
 
 @pytest.mark.slow

@@ -30,8 +30,9 @@ from warpwatch.trace.schema import Interned
 
 native: Any = pytest.importorskip("warpwatch.trace._gpuscan", reason="never skipped in CI: see the first test")
 
-REAL = gzip.decompress(corpus_bytes(
-    "facebookresearch__HolisticTraceAnalysis/tests/data/df_index_resolver/df_index_resolver.json.gz"))
+REAL = gzip.decompress(
+    corpus_bytes("facebookresearch__HolisticTraceAnalysis/tests/data/df_index_resolver/df_index_resolver.json.gz")
+)
 EVENTS = [b"{" + e + b"\n  }" for e in REAL.split(b"\n  },\n  {")[1:-1]]
 """The trace's events as Kineto wrote them (an event over several lines, `  },` then `  {`)."""
 KERNEL = next(e for e in EVENTS if b'"cat": "kernel"' in e)
@@ -112,7 +113,7 @@ ANSWERED = [  # the compiled scanner reads these itself, exactly as Python does
     KERNEL.replace(b'"cat": "kernel"', b'"cat":\t"Kernel"'),
     KERNEL.replace(b'"cat": "kernel"', b'"cat" :\n  "kernel"'),  # any JSON whitespace (both readers)
     KERNEL.replace(b'"ph": "X"', b'"ph": "i"'),  # another phase: validated, skipped
-    KERNEL.replace(b'"ph": "X", ', b"") .replace(b'"pid"', b'"ph": "X", "pid"'),  # ph after cat
+    KERNEL.replace(b'"ph": "X", ', b"").replace(b'"pid"', b'"ph": "X", "pid"'),  # ph after cat
     KERNEL.replace(b'"args": {', b'"args": null, "other": {'),
     KERNEL.replace(b'{"ph"', b'{ \n "ph"').replace(b"}}", b"} \n }"),
     re.sub(rb'"dur": \d+', b'"dur": 0', SPAN),
@@ -178,7 +179,7 @@ REFUSED = [  # each sends the piece to Python (which gives the result or the err
     # an object in an array (here in the kernel's own args): maybe a GPU event nested in another's
     _kernel(queued='{"a": [1, {"b": null}, "x\\"y"], "c": true, "d": false}'),
     _kernel(context='[[], {}, -0.5e+3, "\\u00e9"]'),
-    _kernel(context='[{}]'),
+    _kernel(context="[{}]"),
     # strings msgspec decodes (and the scanner never converted) that are not UTF-8 (found by the fuzzer)
     MEMCPY.replace(b"Memcpy DtoD", b"Memcpy \xcaDtoD"),
     _kernel(device="null", pid='"p"').replace(b'"pid": "p"', b'"pid": "\xff"'),

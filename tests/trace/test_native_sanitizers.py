@@ -20,9 +20,11 @@ import pytest
 
 from support.paths import ROOT
 
-SOURCES = {"_gpuscan": (ROOT / "agent/warpwatch/trace/_gpuscan.c", []),
-           "_windowmath": (ROOT / "agent/warpwatch/analysis/_windowmath.c", []),
-           "_gpuscan_plain": (ROOT / "agent/warpwatch/trace/_gpuscan.c", ["-DWARPWATCH_NO_SIMD"])}
+SOURCES = {
+    "_gpuscan": (ROOT / "agent/warpwatch/trace/_gpuscan.c", []),
+    "_windowmath": (ROOT / "agent/warpwatch/analysis/_windowmath.c", []),
+    "_gpuscan_plain": (ROOT / "agent/warpwatch/trace/_gpuscan.c", ["-DWARPWATCH_NO_SIMD"]),
+}
 PIECES = 12_000
 """Edited pieces fed to both builds (about 20 s on an idle CI machine)."""
 
@@ -42,16 +44,49 @@ def test_the_compiled_modules_survive_fuzzing_under_asan_and_ubsan(tmp_path: Pat
     built = {}
     for name, (source, defines) in SOURCES.items():
         out = tmp_path / f"{name}.so"
-        subprocess.run([gcc, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-                        "-fno-omit-frame-pointer", "-shared", "-fPIC", "-std=c11", "-D_GNU_SOURCE", *defines,
-                        f"-I{include}", str(source), "-o", str(out)], check=True)
+        subprocess.run(
+            [
+                gcc,
+                "-O1",
+                "-g",
+                "-fsanitize=address,undefined",
+                "-fno-sanitize-recover=undefined",
+                "-fno-omit-frame-pointer",
+                "-shared",
+                "-fPIC",
+                "-std=c11",
+                "-D_GNU_SOURCE",
+                *defines,
+                f"-I{include}",
+                str(source),
+                "-o",
+                str(out),
+            ],
+            check=True,
+        )
         built[name] = str(out)
-    env = {**os.environ, "LD_PRELOAD": f"{_runtime(gcc, 'libasan.so')}:{_runtime(gcc, 'libubsan.so')}",
-           "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "PYTHONPATH": str(ROOT / "agent"),
-           "PYTHONMALLOC": "malloc"}  # every object its own malloc'd block, which ASan guards
-    proc = subprocess.run([sys.executable, str(ROOT / "tests/trace/native/fuzz_native.py"), built["_gpuscan"],
-                           built["_windowmath"], str(PIECES), "14", built["_gpuscan_plain"]],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "LD_PRELOAD": f"{_runtime(gcc, 'libasan.so')}:{_runtime(gcc, 'libubsan.so')}",
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+        "PYTHONPATH": str(ROOT / "agent"),
+        "PYTHONMALLOC": "malloc",
+    }  # every object its own malloc'd block, which ASan guards
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests/trace/native/fuzz_native.py"),
+            built["_gpuscan"],
+            built["_windowmath"],
+            str(PIECES),
+            "14",
+            built["_gpuscan_plain"],
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report[-5000:]
     assert "AddressSanitizer" not in report and "runtime error" not in report, report[-5000:]

@@ -44,8 +44,22 @@ def test_coverage_guided_fuzzing_for_2000_executions_finds_nothing(tmp_path: Pat
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("atheris is missing (pyproject's dev extra installs it)")
         pytest.skip("atheris is not installed")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fuzz_trace.py"), "atheris", "--runs", str(RUNS),
-                           "--seed", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "fuzz_trace.py"),
+            "atheris",
+            "--runs",
+            str(RUNS),
+            "--seed",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report[-6000:]
     assert "findings: 0" in report, report[-6000:]

@@ -55,8 +55,13 @@ def _read_edited(edit: str, layout: str, pure: bool, where: str = "name") -> tup
     """(where the edit is, each read's outcome: workers 1 and 2)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "agent"), "WARPWATCH_PURE_PYTHON": "1" if pure else "0"}
     trace = HTA / "df_index_resolver" / "df_index_resolver.json.gz"
-    proc = subprocess.run([sys.executable, "-c", _READ, str(LIMIT_AS), str(trace), edit, layout, where],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _READ, str(LIMIT_AS), str(trace), edit, layout, where],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     return got["at"], got["results"]

@@ -36,8 +36,9 @@ DLRM = SHARED_TRACES / "facebookresearch__param/et_replay/tests/inputs/dlrm_kine
 
 def _sources() -> list[Any]:
     paths = sorted(p for p in SHARED_TRACES.rglob("*") if p.name.endswith((".json", ".json.gz")))
-    return [pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.stat().st_size > 1_000_000 else [])
-            for p in paths] + [pytest.param(DLRM, id="dlrm_kineto.tar.gz (8 ranks)", marks=[pytest.mark.slow])]
+    return [
+        pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.stat().st_size > 1_000_000 else []) for p in paths
+    ] + [pytest.param(DLRM, id="dlrm_kineto.tar.gz (8 ranks)", marks=[pytest.mark.slow])]
 
 
 def _texts(path: Path) -> list[bytes]:
@@ -63,8 +64,9 @@ def _compare(expected: tuple[dict[str, Any], dict[str, Any]], got: Trace, how: s
 
 
 @pytest.mark.parametrize("path", _sources())
-def test_the_other_layout_reads_the_same_in_every_field(path: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_other_layout_reads_the_same_in_every_field(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marks = tmp_path / "balanced.marks"
     """One byte per piece proven balanced, appended by whichever process proved it: the parallel
     reader's forked children take pieces from the same queue as the parent, and may take them all."""

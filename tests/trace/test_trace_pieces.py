@@ -50,13 +50,33 @@ def cut(data: bytes, workers: int = 1, **limits: Any) -> Trace:
 def big_doc(n: int = 400, **top: Any) -> dict[str, Any]:
     events: list[dict[str, Any]] = [span(0, 10 * n + 100)]
     for i in range(n):
-        events.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": 10 * i,
-                       "dur": 5, "args": {"External id": i}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::op{i}",
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 * i,
+                "dur": 5,
+                "args": {"External id": i},
+            }
+        )
         events.append({"ph": "f", "id": i, "pid": 0, "tid": 7, "ts": 10 * i, "cat": "ac2g", "name": "ac2g"})
         events.append(kernel(f"k{i % 7}", ts=10 * i + 1, dur=3, grid=(i + 1, 1, 1), block=(128, 1, 1)))
         if i % 50 == 0:
-            events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7,
-                           "ts": 10 * i + 5, "dur": 2, "args": {"device": 0, "bytes": 4}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "gpu_memcpy",
+                    "name": "Memcpy HtoD",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 10 * i + 5,
+                    "dur": 2,
+                    "args": {"device": 0, "bytes": 4},
+                }
+            )
     return trace_doc(events, **top)
 
 
@@ -224,12 +244,43 @@ def test_hip_runtime_calls_give_their_kernels_launch_api() -> None:
     kernels = [ev for ev in events if ev["cat"] == "kernel"]
     for i, ev in enumerate(kernels):
         ev["args"]["correlation"] = 1000 + i
-    events.insert(3, {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 1, "tid": 1, "ts": 1,
-                      "dur": 1, "args": {"correlation": 1000}})
-    events.append({"ph": "X", "cat": "cuda_runtime", "name": "hipExtModuleLaunchKernel", "pid": 1, "tid": 1,
-                   "ts": 1, "dur": 1, "args": {"correlation": 1399}})
-    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                   "ts": 1, "dur": 1, "args": {"correlation": 1200}})
+    events.insert(
+        3,
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "hipLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"correlation": 1000},
+        },
+    )
+    events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "hipExtModuleLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"correlation": 1399},
+        }
+    )
+    events.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"correlation": 1200},
+        }
+    )
     data = dumps(doc)
     for trace in (whole(data), cut(data), cut(data, 2)):
         apis = [launch.launch_api for launch in trace.launches]

@@ -26,8 +26,7 @@ _OCC_LIMIT_BLOCKS = 0x08
 _OCC_LIMIT_BARRIERS = 0x10
 _FACTOR_BITS: tuple[tuple[int, str], ...] = tuple(
     zip(
-        (_OCC_LIMIT_WARPS, _OCC_LIMIT_REGISTERS, _OCC_LIMIT_SHARED_MEMORY, _OCC_LIMIT_BLOCKS,
-         _OCC_LIMIT_BARRIERS),
+        (_OCC_LIMIT_WARPS, _OCC_LIMIT_REGISTERS, _OCC_LIMIT_SHARED_MEMORY, _OCC_LIMIT_BLOCKS, _OCC_LIMIT_BARRIERS),
         LIMITING_FACTORS,
         strict=True,
     )
@@ -59,14 +58,12 @@ class OccupancyResult:
         return sum(bit for bit, name in _FACTOR_BITS if name in self.limiting_factors)
 
 
-
 class OccError(Exception):
     """A `cudaOccError` other than CUDA_OCC_SUCCESS."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +257,7 @@ def _warps_limit(d: OccDevice, block_size: int) -> int:
     return max_warps_per_sm // _divide_round_up(block_size, d.warp_size)
 
 
-def _smem_limit(
-    d: OccDevice, dynamic_smem_size: int, optin: bool, max_dynamic_shared_size_bytes: int
-) -> int:
+def _smem_limit(d: OccDevice, dynamic_smem_size: int, optin: bool, max_dynamic_shared_size_bytes: int) -> int:
     """cudaOccMaxBlocksPerSMSmemLimit with sharedSizeBytes = 0 and the default device state."""
     allocation_granularity = _smem_allocation_granularity(d)
     user_smem_preference = _smem_per_multiprocessor(d)
@@ -322,12 +317,7 @@ def max_active_blocks_per_multiprocessor(
     cta_limit_regs = _regs_limit(d, num_regs, block_size)
     # GP100 (6.0) has 2 sub-partitions, GP10x 4: a block that cannot run on GP10x is refused on
     # every Pascal, for forward compatibility within the family.
-    if (
-        d.major == 6
-        and d.minor == 0
-        and cta_limit_regs
-        and _regs_limit(replace(d, minor=1), num_regs, block_size) == 0
-    ):
+    if d.major == 6 and d.minor == 0 and cta_limit_regs and _regs_limit(replace(d, minor=1), num_regs, block_size) == 0:
         cta_limit_regs = 0
 
     cta_limit_warps = _warps_limit(d, block_size)
@@ -366,5 +356,3 @@ def max_active_blocks_per_multiprocessor(
         block_limit_blocks=cta_limit_blocks,
         block_limit_barriers=cta_limit_bars,
     )
-
-

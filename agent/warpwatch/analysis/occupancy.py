@@ -78,6 +78,7 @@ from .cudaocc import (
 
 __all__ = ["NO_LIMIT", "OccupancyResult", "max_active_blocks", "reserved_shared_mem_per_block"]
 
+
 def reserved_shared_mem_per_block(compute_major: int) -> int:
     """The driver's shared memory reserved per block: 1 KiB from compute capability 8.0 on, else 0."""
     return 1024 if compute_major >= 8 else 0
@@ -142,9 +143,16 @@ def _calculate(
         reserved_smem_per_block=reserved_shared_mem_per_block(props.compute_major),
     )
     ints = (
-        dev.major, dev.minor, dev.max_threads_per_block, dev.max_threads_per_sm,
-        dev.regs_per_block, dev.regs_per_sm, dev.warp_size, dev.num_sms,
-        block_size, registers,
+        dev.major,
+        dev.minor,
+        dev.max_threads_per_block,
+        dev.max_threads_per_sm,
+        dev.regs_per_block,
+        dev.regs_per_sm,
+        dev.warp_size,
+        dev.num_sms,
+        block_size,
+        registers,
     )
     sizes = (dev.smem_per_block, dev.smem_per_sm, dev.smem_per_block_optin, shared_memory)
     if not all(INT_MIN <= v <= INT_MAX for v in ints) or not all(0 <= v <= SIZE_MAX for v in sizes):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from ..gcpause import gc_paused
 from ..model import (
@@ -27,15 +27,16 @@ from ..model import (
 from ..trace.devices import one_model_devices
 from .occupancy import max_active_blocks
 from .windowbounds import device_bounds, stream_edges
-from .windowmath import GROUP_KEY, group_launches
+from .windowmath import GROUP_KEY, Group, group_launches
 from .windowstats import KernelAcc, as_float, bound_kernels, device_stats, kernel_stats
 
 INT32_LIMIT = 2**31
 """Kineto multiplies the grid in a signed 32-bit int: B >= 2^31 overflows."""
 
 OCCUPANCY_SENTINELS = frozenset({-99.0, -100.0})
-HIP_BLOCK_GRID_CALLS = frozenset({"hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
-                                  "hipLaunchCooperativeKernel"})
+HIP_BLOCK_GRID_CALLS = frozenset(
+    {"hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipLaunchCooperativeKernel"}
+)
 """HIP launch calls whose `grid` counts blocks (gridDim), spec "AMD traces"."""
 HIP_WORK_ITEM_GRID_CALLS = frozenset({"hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel"})
 """HIP launch calls whose `grid` counts work-items (globalWorkSize): B = prod(ceil(grid_i / block_i))."""
@@ -108,14 +109,28 @@ def _config_metrics(
     theoretical = active * wb / m
     if active == 0:
         return _Config(
-            wb, warps_per_sm, 0, occ.limiting_factors, 0.0, None, None, None,
+            wb,
+            warps_per_sm,
+            0,
+            occ.limiting_factors,
+            0.0,
+            None,
+            None,
+            None,
             default.active_blocks_per_sm if default else None,
         )
     per_wave = active * sms
     waves = blocks / per_wave
     resident = wb * blocks / (sms * -(-blocks // per_wave))
     return _Config(
-        wb, warps_per_sm, active, occ.limiting_factors, theoretical, waves, resident, resident / m,
+        wb,
+        warps_per_sm,
+        active,
+        occ.limiting_factors,
+        theoretical,
+        waves,
+        resident,
+        resident / m,
         default.active_blocks_per_sm if default else None,
     )
 
@@ -141,11 +156,7 @@ def artifacts_of(launch: KernelLaunch, props: DeviceProperties | None, cfg: _Con
     occ_pct = as_float(launch.reported_occupancy_pct)
     if occ_pct is not None and occ_pct in OCCUPANCY_SENTINELS:
         found.append("occupancy_sentinel")
-    if (
-        occ_pct == 0.0
-        and cfg.max_active_blocks_per_sm
-        and cfg.default_limit_blocks == 0
-    ):
+    if occ_pct == 0.0 and cfg.max_active_blocks_per_sm and cfg.default_limit_blocks == 0:
         found.append("occupancy_smem_optin")
     if threads is not None and props is not None and reported is not None and threads % props.warp_size:
         found.append("unrounded_warps")
@@ -202,8 +213,14 @@ def _weight(ts: float, d: float, t0: float, t1: float, w: float) -> float:
 
 
 def _config_key(launch: KernelLaunch) -> tuple[object, ...]:
-    return (launch.device, launch.grid, launch.block, launch.registers_per_thread, launch.shared_memory,
-            launch.launch_api)
+    return (
+        launch.device,
+        launch.grid,
+        launch.block,
+        launch.registers_per_thread,
+        launch.shared_memory,
+        launch.launch_api,
+    )
 
 
 class _Configs:
@@ -219,8 +236,12 @@ class _Configs:
         cfg = self.configs.get(key)
         if cfg is None:
             cfg = self.configs[key] = _config_metrics(
-                self.devices.get(launch.device), launch.grid, launch.block,
-                launch.registers_per_thread, launch.shared_memory, launch.launch_api,
+                self.devices.get(launch.device),
+                launch.grid,
+                launch.block,
+                launch.registers_per_thread,
+                launch.shared_memory,
+                launch.launch_api,
             )
         return cfg
 
@@ -258,6 +279,36 @@ def _metrics(launch: KernelLaunch, configs: _Configs, weight: float | None) -> L
     )
 
 
+@dataclass
+class _Accumulated:
+    """What one pass over a window's launch groups sums, per kernel and per device."""
+
+    per_kernel: dict[tuple[int, str], KernelAcc] = field(default_factory=lambda: defaultdict(KernelAcc))
+    intervals: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    resident_time: dict[int, float] = field(default_factory=lambda: defaultdict(float))
+    longest: dict[int, float] = field(default_factory=lambda: defaultdict(float))
+    samples: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    count: int = 0
+
+
+def _accumulate(groups: Iterable[Group], configs: _Configs) -> _Accumulated:
+    """Compute each group's metrics once and add them to its kernel's and device's sums."""
+    acc = _Accumulated()
+    for g in groups:
+        lm = _metrics(g.first, configs, None)
+        dev = g.first.device
+        acc.count += g.n
+        acc.samples[dev] += g.n
+        acc.per_kernel[(dev, g.first.name)].add(lm, g, acc.totals)
+        if g.intervals:
+            acc.intervals[dev].extend(g.intervals)
+            acc.longest[dev] = max(acc.longest[dev], g.longest)
+        if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
+            acc.resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
+    return acc
+
+
 def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> WindowAnalysis:
     """Analyse one trace as one capture window (spec: per-kernel and per-device statistics).
 
@@ -270,27 +321,11 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
     window = window_of(trace, requested)
     w_us = window.duration
     devices, inferred = effective_devices(trace)
-    per_kernel: dict[tuple[int, str], KernelAcc] = defaultdict(KernelAcc)
-    intervals: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    resident_time: dict[int, float] = defaultdict(float)
-    longest: dict[int, float] = defaultdict(float)
-    samples: dict[int, int] = defaultdict(int)
-    totals: dict[str, int] = defaultdict(int)
-    count = 0
-    configs = _Configs(devices)
     with gc_paused():
         groups = group_launches(trace.launches, window)
-    for g in groups:
-        lm = _metrics(g.first, configs, None)
-        dev = g.first.device
-        count += g.n
-        samples[dev] += g.n
-        per_kernel[(dev, g.first.name)].add(lm, g, totals)
-        if g.intervals:
-            intervals[dev].extend(g.intervals)
-            longest[dev] = max(longest[dev], g.longest)
-        if g.sum_h > 0 and lm.resident_warps_per_sm is not None:
-            resident_time[dev] += g.sum_hd * lm.resident_warps_per_sm
+    summed = _accumulate(groups, _Configs(devices))
+    per_kernel, intervals, longest, samples = summed.per_kernel, summed.intervals, summed.longest, summed.samples
+    resident_time = summed.resident_time
 
     per_device: dict[int, tuple[list[KernelStats], list[KernelAcc]]] = defaultdict(lambda: ([], []))
     for (dev, name), acc in per_kernel.items():
@@ -306,16 +341,28 @@ def analyze(trace: Trace, *, requested: tuple[float, float] | None = None) -> Wi
         if bounds is not None:
             ks = bound_kernels(ks, accs, bounds, w_us)
         kernels.extend(ks)
-        device_rows.append(device_stats(dev, devices.get(dev), window, ks, intervals[dev], bounds,
-                                        resident_time[dev], samples[dev], longest[dev], inferred.get(dev)))
+        device_rows.append(
+            device_stats(
+                dev,
+                devices.get(dev),
+                window,
+                ks,
+                intervals[dev],
+                bounds,
+                resident_time[dev],
+                samples[dev],
+                longest[dev],
+                inferred.get(dev),
+            )
+        )
     kernels.sort(key=lambda k: (-k.gpu_time, k.device, k.name))
     return WindowAnalysis(
         path=trace.path,
         window=window,
         devices=tuple(device_rows),
         kernels=tuple(kernels),
-        launch_count=count,
-        artifacts=dict(totals),
+        launch_count=summed.count,
+        artifacts=dict(summed.totals),
         rank=trace.rank,
     )
 

@@ -57,8 +57,9 @@ def stream_edges(launches: Sequence[KernelLaunch], t0: float, t1: float) -> dict
     """Per device and stream, [first start, last end] of the captured launches of d > 0 (wholly
     inside [t0, t1], as `analysis.sampling_weight` keeps them)."""
     out: dict[int, dict[object, list[float]]] = {}
-    for dev, stream, ts, d in zip(map(_DEVICE, launches), map(_STREAM, launches), map(_TS, launches),
-                                  map(_DUR, launches), strict=True):
+    for dev, stream, ts, d in zip(
+        map(_DEVICE, launches), map(_STREAM, launches), map(_TS, launches), map(_DUR, launches), strict=True
+    ):
         end = ts + d
         if d <= 0 or ts < t0 or end > t1:
             continue
@@ -96,7 +97,7 @@ def union_length(intervals: list[tuple[float, float]]) -> tuple[float, list[tupl
 def _covered(merged: Sequence[tuple[float, float]], a: float, b: float) -> float:
     """|U ∩ [a, b]| for a union given as disjoint sorted intervals."""
     out = 0.0
-    for s, e in merged[max(bisect.bisect_left(merged, (a, a)) - 1, 0):]:
+    for s, e in merged[max(bisect.bisect_left(merged, (a, a)) - 1, 0) :]:
         if s >= b:
             break
         lo, hi = max(s, a), min(e, b)
@@ -105,8 +106,9 @@ def _covered(merged: Sequence[tuple[float, float]], a: float, b: float) -> float
     return out
 
 
-def device_bounds(intervals: list[tuple[float, float]], edges: dict[object, list[float]], t0: float,
-                  t1: float) -> DeviceBounds:
+def device_bounds(
+    intervals: list[tuple[float, float]], edges: dict[object, list[float]], t0: float, t1: float
+) -> DeviceBounds:
     """The bounds of one device from its captured intervals (d > 0; sorted in place) and each
     stream's [first start, last end] (`stream_edges`)."""
     w = t1 - t0

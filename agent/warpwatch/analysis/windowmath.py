@@ -18,8 +18,16 @@ NATIVE = _native is not None
 arithmetic in the same order); False: in Python (`native`)."""
 
 GROUP_KEY = attrgetter(
-    "device", "name", "grid", "block", "registers_per_thread", "shared_memory",
-    "reported_warps_per_sm", "reported_blocks_per_sm", "reported_occupancy_pct", "launch_api",
+    "device",
+    "name",
+    "grid",
+    "block",
+    "registers_per_thread",
+    "shared_memory",
+    "reported_warps_per_sm",
+    "reported_blocks_per_sm",
+    "reported_occupancy_pct",
+    "launch_api",
 )
 """Launches equal on these fields have equal metrics and artefacts; only ts and dur differ."""
 
@@ -125,15 +133,18 @@ def busy_time(intervals: Iterable[tuple[float, float]], w: float) -> tuple[float
             s1, e1 = active[0]
             span = (end if end > e1 else e1) - s1
             total += (d * w / (w - d) if d < w else d) - (
-                ((end if end < e1 else e1) - start) * (w / (w - span) if span < w else 1.0))
+                ((end if end < e1 else e1) - start) * (w / (w - span) if span < w else 1.0)
+            )
         elif len(active) == 2:  # two streams and a third: the four sets with this launch, inlined
             (s1, e1), (s2, e2) = active
             m1, m2, m12 = min(end, e1), min(end, e2), min(end, e1, e2)
             x1, x2, x12 = max(end, e1) - s1, max(end, e2) - s2, max(end, e1, e2) - min(s1, s2)
-            total += (d * w / (w - d) if d < w else d) - (
-                (m1 - start) * (w / (w - x1) if x1 < w else 1.0)) - (
-                (m2 - start) * (w / (w - x2) if x2 < w else 1.0)) + (
-                (m12 - start) * (w / (w - x12) if x12 < w else 1.0))
+            total += (
+                (d * w / (w - d) if d < w else d)
+                - ((m1 - start) * (w / (w - x1) if x1 < w else 1.0))
+                - ((m2 - start) * (w / (w - x2) if x2 < w else 1.0))
+                + ((m12 - start) * (w / (w - x12) if x12 < w else 1.0))
+            )
         else:
             if len(active) > MAX_OVERLAP:
                 truncated = True
@@ -147,8 +158,16 @@ def busy_time(intervals: Iterable[tuple[float, float]], w: float) -> tuple[float
 _END = itemgetter(1)
 
 
-def _terms(start: float, min_end: float, first: float, last: float,
-           active: list[tuple[float, float]], i: int, sign: int, w: float) -> float:
+def _terms(
+    start: float,
+    min_end: float,
+    first: float,
+    last: float,
+    active: list[tuple[float, float]],
+    i: int,
+    sign: int,
+    w: float,
+) -> float:
     """The terms of `busy_time` for the sets made of the newest launch (it starts at `start`, the
     latest start of the set) and any subset of active[i:]: `min_end` is the set's common end,
     `first`..`last` its span, `sign` (-1)^(|S|+1)."""

@@ -36,8 +36,18 @@ def as_float(v: float | str | None) -> float | None:
 class KernelAcc:
     """The sums of one (device, kernel) over its groups."""
 
-    __slots__ = ("artifacts", "captured", "hd", "limiters", "n", "observed", "reported", "reported_min",
-                 "sum_h", "sums")
+    __slots__ = (
+        "artifacts",
+        "captured",
+        "hd",
+        "limiters",
+        "n",
+        "observed",
+        "reported",
+        "reported_min",
+        "sum_h",
+        "sums",
+    )
 
     def __init__(self) -> None:
         self.n = 0
@@ -114,12 +124,12 @@ def kernel_stats(device: int, name: str, acc: KernelAcc, w_us: float) -> KernelS
     )
 
 
-def bound_kernels(kernels: list[KernelStats], accs: list[KernelAcc], b: DeviceBounds,
-                  w_us: float) -> list[KernelStats]:
+def bound_kernels(kernels: list[KernelStats], accs: list[KernelAcc], b: DeviceBounds, w_us: float) -> list[KernelStats]:
     """The kernels of one device with their times and launch counts brought within the bounds."""
     times = project_excess([max(k.gpu_time - a.observed, 0.0) for k, a in zip(kernels, accs, strict=True)], b.room)
-    counts = project_excess([max(k.launches - a.captured, 0.0) for k, a in zip(kernels, accs, strict=True)],
-                            float(b.slots))
+    counts = project_excess(
+        [max(k.launches - a.captured, 0.0) for k, a in zip(kernels, accs, strict=True)], float(b.slots)
+    )
     out = []
     for k, a, dt, dn in zip(kernels, accs, times, counts, strict=True):
         gpu_time = a.observed + dt
@@ -133,10 +143,36 @@ def bound_kernels(kernels: list[KernelStats], accs: list[KernelAcc], b: DeviceBo
     return out
 
 
+def _device_occupancy(
+    props: DeviceProperties | None, kernels: list[KernelStats], resident_time: float, w_us: float
+) -> tuple[float | None, float | None]:
+    """The device's mean resident warps per SM over the window and its estimated occupancy
+    (None where the device is not NVIDIA's or the window has no length); where kernels were
+    bounded, their resident time is scaled as their GPU time was."""
+    if props is None or props.vendor != "nvidia" or w_us <= 0 or props.max_warps_per_sm <= 0:
+        return None, None
+    scaled = resident_time
+    if any(k.unbounded_gpu_time for k in kernels):
+        scaled = sum(
+            k.weighted_sums.get("resident_warps_per_sm", 0.0)
+            * (k.gpu_time / k.unbounded_gpu_time if k.unbounded_gpu_time else 1.0)
+            for k in kernels
+        )
+    resident = min(scaled / w_us, float(props.max_warps_per_sm))
+    return resident, resident / props.max_warps_per_sm
+
+
 def device_stats(
-    dev: int, props: DeviceProperties | None, window: TraceWindow, kernels: list[KernelStats],
-    intervals: list[tuple[float, float]], b: DeviceBounds | None, resident_time: float, samples: int,
-    longest: float, properties_from: int | None,
+    dev: int,
+    props: DeviceProperties | None,
+    window: TraceWindow,
+    kernels: list[KernelStats],
+    intervals: list[tuple[float, float]],
+    b: DeviceBounds | None,
+    resident_time: float,
+    samples: int,
+    longest: float,
+    properties_from: int | None,
 ) -> DeviceStats:
     """One device's statistics in the window; `kernels` are its kernels, already bounded by `b`
     (None: the window has no length); `intervals` its captured launches of d > 0, sorted."""
@@ -159,25 +195,28 @@ def device_stats(
         if bounded != busy:
             unbounded = busy / w_us
         if longest >= LONG_KERNEL_RATIO * w_us:
-            reasons.append(f"a captured launch runs {longest / w_us:.0%} of the window: long kernels are "
-                           "under-sampled")
+            reasons.append(f"a captured launch runs {longest / w_us:.0%} of the window: long kernels are under-sampled")
         captured = len(intervals)
         if captured < FEW_LAUNCHES and observed >= 0.5:
             reasons.append(f"few launches ({captured}) in a busy window")
     if unbounded is not None or any(k.bounded for k in kernels):
         reasons.append("estimate bounded by what the trace shows")
-    resident = estimated = None
-    if props is not None and props.vendor == "nvidia" and w_us > 0 and props.max_warps_per_sm > 0:
-        scaled = resident_time
-        if any(k.unbounded_gpu_time for k in kernels):
-            scaled = sum(k.weighted_sums.get("resident_warps_per_sm", 0.0) * (
-                k.gpu_time / k.unbounded_gpu_time if k.unbounded_gpu_time else 1.0) for k in kernels)
-        resident = min(scaled / w_us, float(props.max_warps_per_sm))
-        estimated = resident / props.max_warps_per_sm
+    resident, estimated = _device_occupancy(props, kernels, resident_time, w_us)
     return DeviceStats(
-        dev, props, resident, estimated, ratio, samples, bool(reasons),
-        busy_time=busy, resident_time=resident_time if resident is not None else None,
-        longest_kernel=longest, observed_busy_ratio=observed, busy_bounds=bounds,
-        unbounded_busy_ratio=unbounded, low_confidence_reasons=tuple(reasons),
-        properties_from=properties_from, streams=streams,
+        dev,
+        props,
+        resident,
+        estimated,
+        ratio,
+        samples,
+        bool(reasons),
+        busy_time=busy,
+        resident_time=resident_time if resident is not None else None,
+        longest_kernel=longest,
+        observed_busy_ratio=observed,
+        busy_bounds=bounds,
+        unbounded_busy_ratio=unbounded,
+        low_confidence_reasons=tuple(reasons),
+        properties_from=properties_from,
+        streams=streams,
     )

@@ -63,8 +63,13 @@ class Checked:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -76,9 +81,12 @@ def _trusted(folder_st: os.stat_result) -> frozenset[int]:
 
 def _check_owner(path: Path, st: os.stat_result, folder_st: os.stat_result) -> None:
     if st.st_uid not in _trusted(folder_st):
-        raise RefusedFile(path, "foreign_owner",
-                          f"owned by uid {st.st_uid}; only files of warpwatch's uid ({os.geteuid()}), root (0) "
-                          f"or the folder's owner ({folder_st.st_uid}) are read")
+        raise RefusedFile(
+            path,
+            "foreign_owner",
+            f"owned by uid {st.st_uid}; only files of warpwatch's uid ({os.geteuid()}), root (0) "
+            f"or the folder's owner ({folder_st.st_uid}) are read",
+        )
 
 
 def _check_mode(path: Path, st: os.stat_result) -> None:

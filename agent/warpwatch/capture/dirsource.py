@@ -71,8 +71,7 @@ JSON_SETTLE_S = 2.0
 def is_trace_name(name: str) -> bool:
     """True for names a dir: source considers (see module doc)."""
     lower = name.lower()
-    return (not name.startswith(".") and lower.endswith(TRACE_SUFFIXES)
-            and not lower.endswith(TEMP_SUFFIXES))
+    return not name.startswith(".") and lower.endswith(TRACE_SUFFIXES) and not lower.endswith(TEMP_SUFFIXES)
 
 
 def labels_for(name: str) -> dict[str, str]:
@@ -130,8 +129,13 @@ class DirSource(Source):
 
     def start(self) -> None:
         if not check_start_folder(self.name, self.folder):
-            event(log, "source_waiting", logging.WARNING, source=self.name,
-                  reason="folder does not exist yet; windows start when it appears")
+            event(
+                log,
+                "source_waiting",
+                logging.WARNING,
+                source=self.name,
+                reason="folder does not exist yet; windows start when it appears",
+            )
             self._missing_logged = True
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
@@ -168,9 +172,12 @@ class DirSource(Source):
                     continue
                 seen_at = self._first_seen.setdefault(key, now)
                 settled = now - seen_at >= self.json_settle_s or wall - key[2] / 1e9 >= self.json_settle_s
-                if path in refused or (first.get(path) == key and is_finished(path, self.folder) and (
-                        settled or not key[0].lower().endswith(".json") or is_complete_json_file(path, self.folder))
-                        and self._unchanged(path, key)):
+                if path in refused or (
+                    first.get(path) == key
+                    and is_finished(path, self.folder)
+                    and (settled or not key[0].lower().endswith(".json") or is_complete_json_file(path, self.folder))
+                    and self._unchanged(path, key)
+                ):
                     ready.append(_Entry(path, key))
                 elif now - seen_at >= self.give_up_s:
                     ready.append(_Entry(path, key))  # give up waiting: let the reader say what is wrong
@@ -233,6 +240,7 @@ class DirSource(Source):
                 self._unlink(e.path, "delete_processed")
             if processed:
                 self._apply_retention()
+
         return done
 
     def _unlink(self, path: Path, why: str) -> None:
@@ -241,8 +249,16 @@ class DirSource(Source):
         except FileNotFoundError:
             pass
         except OSError as exc:
-            limited_event(log, self._repeats, ("delete", path.name, exc.errno), "source_delete_failed",
-                          logging.WARNING, source=self.name, file=path.name, error=exc.strerror or str(exc))
+            limited_event(
+                log,
+                self._repeats,
+                ("delete", path.name, exc.errno),
+                "source_delete_failed",
+                logging.WARNING,
+                source=self.name,
+                file=path.name,
+                error=exc.strerror or str(exc),
+            )
         else:
             event(log, "source_deleted", logging.DEBUG, source=self.name, file=path.name, reason=why)
 

@@ -327,8 +327,9 @@ def attach(
     return handle
 
 
-def _check_settings(period_s: float, window_s: float, first_delay_s: float, max_pending: int, serve_port: int | None,
-                    nowhere: bool) -> None:
+def _check_settings(
+    period_s: float, window_s: float, first_delay_s: float, max_pending: int, serve_port: int | None, nowhere: bool
+) -> None:
     """ConfigError for the first of `attach`'s settings that is invalid."""
     for setting, value in (("period_s", period_s), ("window_s", window_s)):
         check_seconds(value, setting)

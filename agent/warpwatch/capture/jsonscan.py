@@ -92,8 +92,14 @@ class JsonScan:
 
     def complete(self) -> bool:
         """What was fed so far is one whole JSON object (trailing blanks allowed)."""
-        return (not self.gave_up and self._first == b"{" and self._last == b"}" and self._depth == 0
-                and not self._in_string and not self._carry)
+        return (
+            not self.gave_up
+            and self._first == b"{"
+            and self._last == b"}"
+            and self._depth == 0
+            and not self._in_string
+            and not self._carry
+        )
 
     def _note_ends(self, chunk: bytes) -> None:
         if not self._first:

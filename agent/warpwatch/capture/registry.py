@@ -41,7 +41,8 @@ def _options(spec: str, text: str, allowed: tuple[str, ...]) -> dict[str, str]:
         key = key.strip()
         if not sep or key not in allowed:
             raise ConfigError(
-                f"source {spec!r}: unknown option {item!r}; options are " + ", ".join(f"{a}=..." for a in allowed))
+                f"source {spec!r}: unknown option {item!r}; options are " + ", ".join(f"{a}=..." for a in allowed)
+            )
         out[key] = value.strip()
     return out
 
@@ -67,14 +68,13 @@ def build_source(spec: str, config: Config) -> Source:
     for prefix in ("vllm:", "sglang:"):
         if spec.startswith(prefix):
             return _server_source(spec, prefix, config)
-    raise ConfigError(f"source {spec!r}: unknown kind of source; use one of {', '.join(PREFIXES)} "
-                      f"(e.g. {EXAMPLES})")
+    raise ConfigError(f"source {spec!r}: unknown kind of source; use one of {', '.join(PREFIXES)} (e.g. {EXAMPLES})")
 
 
 def _dir_source(spec: str, config: Config) -> Source:
     from .dirsource import DirSource
 
-    path = spec[len("dir:"):]
+    path = spec[len("dir:") :]
     if not path:
         raise ConfigError(f"source {spec!r}: dir: needs a folder, e.g. dir:/var/run/traces")
     return DirSource(
@@ -90,7 +90,7 @@ def _dir_source(spec: str, config: Config) -> Source:
 def _replay_source(spec: str) -> Source:
     from .replay import ReplaySource
 
-    path = spec[len("replay:"):]
+    path = spec[len("replay:") :]
     if not path:
         raise ConfigError(f"source {spec!r}: replay: needs a trace file or folder (or @samples)")
     if path == SAMPLES_ALIAS:
@@ -102,7 +102,7 @@ def _daemon_source(spec: str, config: Config) -> Source:
     # Implemented in warpwatch.capture.daemon (zero-code attach through Kineto's daemon protocol).
     from .daemon import KinetoDaemonSource
 
-    opts = _options(spec, spec[len("kineto-daemon:"):] if ":" in spec else "", ("socket_dir",))
+    opts = _options(spec, spec[len("kineto-daemon:") :] if ":" in spec else "", ("socket_dir",))
     return KinetoDaemonSource(
         config.trace_dir.absolute(),
         socket_dir=opts.get("socket_dir"),
@@ -116,11 +116,12 @@ def _server_source(spec: str, prefix: str, config: Config) -> Source:
     from .servers import DEFAULT_TOKEN_ENV, SglangSource, VllmSource
     from .servers.sglang import DEFAULT_NUM_STEPS
 
-    url, _, rest = spec[len(prefix):].partition(",")
+    url, _, rest = spec[len(prefix) :].partition(",")
     if not url:
         raise ConfigError(f"source {spec!r}: {prefix} needs a URL, e.g. {prefix}http://localhost:8000,dir=/traces")
     allowed = ("dir", "token_env", "expected_files") + (
-        ("server_dir", "profiler_dir_env", "num_steps") if prefix == "sglang:" else ("max_steps",))
+        ("server_dir", "profiler_dir_env", "num_steps") if prefix == "sglang:" else ("max_steps",)
+    )
     opts = _options(spec, rest, allowed)
     trace_dir = Path(opts.get("dir") or config.trace_dir)
     token_env = opts.get("token_env") or DEFAULT_TOKEN_ENV
@@ -129,14 +130,27 @@ def _server_source(spec: str, prefix: str, config: Config) -> Source:
         from .servers.vllm import DEFAULT_MAX_STEPS
 
         max_steps = _int_option(spec, opts, "max_steps")
-        return VllmSource(url, trace_dir, name=spec, delete_processed=config.delete_processed,
-                          token_env=token_env, expected_files=expected,
-                          max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps)
+        return VllmSource(
+            url,
+            trace_dir,
+            name=spec,
+            delete_processed=config.delete_processed,
+            token_env=token_env,
+            expected_files=expected,
+            max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps,
+        )
     env = opts.get("profiler_dir_env", "0").lower()
     if env not in ("0", "1", "true", "false", "yes", "no"):
         raise ConfigError(f"source {spec!r}: profiler_dir_env must be 1 or 0, got {opts['profiler_dir_env']!r}")
     steps = _int_option(spec, opts, "num_steps")
-    return SglangSource(url, trace_dir, server_trace_dir=opts.get("server_dir"), name=spec,
-                        delete_processed=config.delete_processed, token_env=token_env,
-                        expected_files=expected, profiler_dir_env=env in ("1", "true", "yes"),
-                        num_steps=DEFAULT_NUM_STEPS if steps is None else steps)
+    return SglangSource(
+        url,
+        trace_dir,
+        server_trace_dir=opts.get("server_dir"),
+        name=spec,
+        delete_processed=config.delete_processed,
+        token_env=token_env,
+        expected_files=expected,
+        profiler_dir_env=env in ("1", "true", "yes"),
+        num_steps=DEFAULT_NUM_STEPS if steps is None else steps,
+    )

@@ -75,8 +75,10 @@ class ReplaySource(Source):
                 return []
             path = self._files[self._next % len(self._files)]
             self._next = (self._next + 1) % len(self._files)
-        return [CapturedWindow(source=self.name, path=p, labels=labels_for(p.name) or {"process": f"replay:{p.name}"})
-                for p in (*refused, path)]
+        return [
+            CapturedWindow(source=self.name, path=p, labels=labels_for(p.name) or {"process": f"replay:{p.name}"})
+            for p in (*refused, path)
+        ]
 
     def close(self) -> None:
         pass

@@ -36,19 +36,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.json, .json.gz)")
     p.add_argument("--format", choices=("table", "json", "jsonl"), default="table", help="output format")
+    p.add_argument("--launches", action="store_true", help="one record per kernel event (use with --format jsonl)")
     p.add_argument(
-        "--launches", action="store_true", help="one record per kernel event (use with --format jsonl)"
-    )
-    p.add_argument(
-        "--gpu-properties", metavar="FILE",
+        "--gpu-properties",
+        metavar="FILE",
         help="device properties for traces that carry none: JSON in the trace's own `deviceProperties` form, "
         "one object, a list of them, or an object keyed by device id (see README, 'warpwatch analyze')",
     )
     p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
     p.add_argument(
-        "--max-trace-bytes", type=byte_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
-        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB "
-        "(default 2GiB)",
+        "--max-trace-bytes",
+        type=byte_size,
+        default=DEFAULT_MAX_BYTES,
+        metavar="SIZE",
+        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB (default 2GiB)",
     )
     p.set_defaults(func=run_analyze)
 
@@ -110,8 +111,12 @@ def _check_gpu_properties(path: str, props: dict[int, DeviceProperties], trace: 
         f"({', '.join(map(str, sorted(props)))}) match no device of {printable(trace.path)}, whose kernels ran on "
         f"device{'s' if len(used) > 1 else ''} {', '.join(map(str, used))}; "
         + (f"occupancy stays unknown for {', '.join(map(str, missing))}. " if missing else "")
-        + (f"as the trace then describes one device model, its properties apply to {', '.join(map(str, applied))} "
-           "(the output says so). " if applied else "")
+        + (
+            f"as the trace then describes one device model, its properties apply to {', '.join(map(str, applied))} "
+            "(the output says so). "
+            if applied
+            else ""
+        )
         + "Give each entry the `id` of the device it describes.",
         file=sys.stderr,
     )
@@ -124,8 +129,12 @@ def _read(path: str, max_bytes: int, gpu_props: dict[int, DeviceProperties] | No
     # No auto-refresh: a refresh thread would keep read_trace from decoding on every core (it
     # forks worker processes only when the caller runs no other thread).
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-        console=Console(file=sys.stderr), transient=True, auto_refresh=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+        auto_refresh=False,
     ) as progress:
         task = progress.add_task(f"reading {os.path.basename(path)} ({size / 1e6:.0f} MB)", total=2)
         progress.refresh()

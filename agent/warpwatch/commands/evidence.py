@@ -25,16 +25,26 @@ TIMEOUT_S = 60.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("evidence", help="fetch the traces an agent kept as evidence (--evidence-dir)",
-                       description="Fetch the traces of the windows an agent kept (its /evidence endpoint).")
+    p = sub.add_parser(
+        "evidence",
+        help="fetch the traces an agent kept as evidence (--evidence-dir)",
+        description="Fetch the traces of the windows an agent kept (its /evidence endpoint).",
+    )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
-    pull = verbs.add_parser("pull", help="copy an agent's kept traces into a folder",
-                            description="Copy the traces an agent kept into a folder, with the JSON kept beside "
-                            "each; files already there are left alone. Credentials of basic auth go in the "
-                            "URL (https://user:password@host:9946).")
+    pull = verbs.add_parser(
+        "pull",
+        help="copy an agent's kept traces into a folder",
+        description="Copy the traces an agent kept into a folder, with the JSON kept beside "
+        "each; files already there are left alone. Credentials of basic auth go in the "
+        "URL (https://user:password@host:9946).",
+    )
     pull.add_argument("url", metavar="URL", help="the agent, e.g. http://localhost:9946 (a port-forward is enough)")
-    pull.add_argument("--since", default="1h", metavar="DURATION",
-                      help="only windows kept within this long before now, e.g. 30m, 2h (default 1h)")
+    pull.add_argument(
+        "--since",
+        default="1h",
+        metavar="DURATION",
+        help="only windows kept within this long before now, e.g. 30m, 2h (default 1h)",
+    )
     pull.add_argument("-o", "--output", default=".", metavar="DIR", help="folder to write to (default: here)")
     pull.add_argument("--ca-file", metavar="FILE", help="CA certificate that signed the agent's TLS certificate")
     pull.set_defaults(func=run_pull)
@@ -66,8 +76,15 @@ def run_pull(args: argparse.Namespace) -> int:
 def select(listed: Iterable[Any], after: float) -> list[dict[str, Any]]:
     """The listed windows kept at or after Unix time `after`, oldest first; entries that are not a kept
     window's JSON (no valid id or time) are passed over."""
-    out = [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str) and is_id(m["id"])
-           and isinstance(m.get("time"), int | float) and m["time"] >= after]
+    out = [
+        m
+        for m in listed
+        if isinstance(m, dict)
+        and isinstance(m.get("id"), str)
+        and is_id(m["id"])
+        and isinstance(m.get("time"), int | float)
+        and m["time"] >= after
+    ]
     return sorted(out, key=lambda m: m["id"])
 
 

@@ -58,12 +58,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "values stay beside them as 'reported <arg>', with the artefact kinds in 'warpwatch artefacts'.",
     )
     p.add_argument("trace", metavar="TRACE", help="trace file (.json or .json.gz)")
-    p.add_argument("-o", "--output", metavar="OUT", required=True,
-                   help="where to write the corrected copy (gzip-compressed when OUT ends in .gz)")
     p.add_argument(
-        "--max-trace-bytes", type=byte_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
-        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB "
-        "(default 2GiB)",
+        "-o",
+        "--output",
+        metavar="OUT",
+        required=True,
+        help="where to write the corrected copy (gzip-compressed when OUT ends in .gz)",
+    )
+    p.add_argument(
+        "--max-trace-bytes",
+        type=byte_size,
+        default=DEFAULT_MAX_BYTES,
+        metavar="SIZE",
+        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB (default 2GiB)",
     )
     p.set_defaults(func=run_fix)
 
@@ -117,8 +124,10 @@ def fix_trace(src: str, dst: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict
         if not changed:
             reasons[_why_not(lm, trace, devices)] += 1
     counts["reasons"] = dict(reasons.most_common())
-    counts["notes"] = [f"device {d}: the properties of device {s} applied (the trace describes one device model)"
-                       for d, s in sorted(inferred.items())]
+    counts["notes"] = [
+        f"device {d}: the properties of device {s} applied (the trace describes one device model)"
+        for d, s in sorted(inferred.items())
+    ]
     out = msgspec.json.encode(doc)
     if dst.endswith(".gz"):
         out = gzip.compress(out, compresslevel=6, mtime=0)
@@ -148,8 +157,10 @@ def _why_not(lm: LaunchMetrics, trace: Trace, devices: dict[int, Any]) -> str:
     props = devices.get(launch.device)
     if props is None:
         listed = ", ".join(map(str, sorted(trace.devices))) or "none"
-        return (f"no device properties for device {launch.device} (the trace lists: {listed}); "
-                "give them with `warpwatch analyze --gpu-properties`")
+        return (
+            f"no device properties for device {launch.device} (the trace lists: {listed}); "
+            "give them with `warpwatch analyze --gpu-properties`"
+        )
     if launch.grid is None or launch.block is None:
         return "no grid/block in the event (CUDA graph replays, some ROCm versions)"
     if "grid_units_unknown" in lm.artifacts:

@@ -16,8 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "run",
         help="run the agent: capture windows on a schedule, export Prometheus metrics",
         description="Capture a window every period, analyse it, serve /metrics, /healthz, /readyz. "
-                    "Every flag can also be set as an environment variable or a YAML key "
-                    "(precedence: flag > environment > file > default).",
+        "Every flag can also be set as an environment variable or a YAML key "
+        "(precedence: flag > environment > file > default).",
     )
     add_arguments(parser)
     parser.set_defaults(func=run_command)

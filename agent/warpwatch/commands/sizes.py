@@ -26,5 +26,8 @@ def byte_size(text: str) -> int:
 def cli_message(exc: TraceError) -> str:
     """A trace error as a command line says it: a size limit is the flag's, not the YAML key's."""
     text = str(exc)
-    return text.replace("raise max_trace_bytes to read it", f"raise {FLAG} to read it") if exc.kind == "too_large" \
+    return (
+        text.replace("raise max_trace_bytes to read it", f"raise {FLAG} to read it")
+        if exc.kind == "too_large"
         else text
+    )

@@ -109,6 +109,7 @@ def _cells(ks: Sequence[KernelStats], labels: Sequence[str]) -> list[dict[str, T
 def _holding(columns: Sequence[_Column], rows: Sequence[dict[str, Text]], devices: int) -> list[_Column]:
     """The columns that say something for these rows: not empty for all, not one GPU for all, and
     `Obs. %` only where some row's observed share reads differently from its estimate."""
+
     def empty(key: str) -> bool:
         return all(r[key].plain in ("", DASH) for r in rows)
 
@@ -183,14 +184,14 @@ def _cut(text: str, width: int, *, around: int | None = None) -> str:
     room = width - 1
     head = room * 2 // 3
     if around is None or around < head:
-        return text[:head] + ELLIPSIS + text[len(text) - (room - head):]
+        return text[:head] + ELLIPSIS + text[len(text) - (room - head) :]
     if around + 4 <= room:
-        return text[: around + 1] + ELLIPSIS + text[len(text) - (room - around - 1):]
+        return text[: around + 1] + ELLIPSIS + text[len(text) - (room - around - 1) :]
     head = room // 3
     segment = width - head - 2
     start = min(max(head, around - segment // 2), len(text) - segment)
     end = start + segment
-    return text[:head] + ELLIPSIS + text[start:end] + (ELLIPSIS if end < len(text) else text[end:end + 1])
+    return text[:head] + ELLIPSIS + text[start:end] + (ELLIPSIS if end < len(text) else text[end : end + 1])
 
 
 def render_table(
@@ -204,8 +205,9 @@ def render_table(
             _wrapped(console, printable(text), INDENT + 2 * (k > 0))
     _wrapped(console, window_line(analysis), INDENT)
     if not analysis.kernels:
-        _wrapped(console, "No kernel events in this trace (a CPU-only capture, or GPU activities were not "
-                 "recorded).", INDENT)
+        _wrapped(
+            console, "No kernel events in this trace (a CPU-only capture, or GPU activities were not recorded).", INDENT
+        )
         console.print()
         return
     words = words_for([d.properties for d in analysis.devices])
@@ -218,10 +220,16 @@ def render_table(
     shown, kernel_width = layout(widths, {c.key: c.rank for c in columns}, console.width)
     names = distinct_cuts([r["kernel"].plain for r in rows], kernel_width)
     widths["kernel"] = max(kernel_width, len("Kernel"))
-    console.print(_line({c: Text(by_key[c].header, style="bold") for c in shown}, shown, widths, by_key),
-                  overflow="ignore", crop=False)
-    console.print(Text(" " * INDENT + "─" * (sum(widths[c] for c in shown) + GAP * (len(shown) - 1))),
-                  overflow="ignore", crop=False)
+    console.print(
+        _line({c: Text(by_key[c].header, style="bold") for c in shown}, shown, widths, by_key),
+        overflow="ignore",
+        crop=False,
+    )
+    console.print(
+        Text(" " * INDENT + "─" * (sum(widths[c] for c in shown) + GAP * (len(shown) - 1))),
+        overflow="ignore",
+        crop=False,
+    )
     stacked = "artefacts" in widths and "artefacts" not in shown
     labels = [r["kernel"].plain for r in rows]
     alike = Counter(names)
@@ -245,8 +253,13 @@ def _wrapped(console: Console, text: str, indent: int, *, hanging: int = 0, styl
     """`text` at `indent`, wrapped at the console's width with every continuation line indented
     alike (and `hanging` more); long words such as paths are broken."""
     width = max(console.width, indent + hanging + 16)
-    lines = textwrap.wrap(text, width=width, initial_indent=" " * indent,
-                          subsequent_indent=" " * (indent + hanging), break_on_hyphens=False) or [""]
+    lines = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=" " * indent,
+        subsequent_indent=" " * (indent + hanging),
+        break_on_hyphens=False,
+    ) or [""]
     for line in lines:
         console.print(Text(line, style=style), overflow="ignore", crop=False)
 
@@ -255,7 +268,7 @@ def _folded(console: Console, lead: str, text: str) -> None:
     """`lead` then `text`, folded at the console's width, continuation lines aligned under `text`."""
     room = max(console.width - len(lead), 16)
     for k in range(0, max(len(text), 1), room):
-        console.print(Text((lead if k == 0 else " " * len(lead)) + text[k:k + room]), overflow="ignore", crop=False)
+        console.print(Text((lead if k == 0 else " " * len(lead)) + text[k : k + room]), overflow="ignore", crop=False)
 
 
 def _line(cells: dict[str, Text], shown: list[str], widths: dict[str, int], columns: dict[str, _Column]) -> Text:
@@ -278,8 +291,16 @@ def _line(cells: dict[str, Text], shown: list[str], widths: dict[str, int], colu
 def _notes(
     analysis: WindowAnalysis, kernels: Sequence[KernelStats], shown: list[str], widths: dict[str, int], words: Words
 ) -> Iterator[str]:
-    names = {"gpu": "GPU", "launches": "launches", "observed": "observed %", "reported": "reported",
-             "resident": "resident", "theoretical": "theoretical occupancy", "limiter": "limiter", "waves": "waves"}
+    names = {
+        "gpu": "GPU",
+        "launches": "launches",
+        "observed": "observed %",
+        "reported": "reported",
+        "resident": "resident",
+        "theoretical": "theoretical occupancy",
+        "limiter": "limiter",
+        "waves": "waves",
+    }
     dropped = [names[c] for c in widths if c not in shown and c in names]
     if dropped:
         yield f"(Narrow terminal: {', '.join(dropped)} not shown; widen it, set COLUMNS, or use --format json.)"
@@ -287,8 +308,10 @@ def _notes(
     if "gpu" not in widths and len(devices) == 1:
         yield f"All kernels ran on GPU {next(iter(devices))}."
     if words is AMD and "estimated" not in widths:
-        yield ("Occupancy is not shown: CUDA's occupancy calculator does not apply to AMD GPUs (the "
-               "wavefronts per CU are computed from grid, block and the CU count).")
+        yield (
+            "Occupancy is not shown: CUDA's occupancy calculator does not apply to AMD GPUs (the "
+            "wavefronts per CU are computed from grid, block and the CU count)."
+        )
     w, u = words.warp, words.unit
     yield (
         "Kernel: the `kernel` label of its metrics (--format json shows the full name). Time %: the kernel's "
@@ -296,16 +319,21 @@ def _notes(
         "profiler dropped at the window's edges, and kept within what the trace proves possible. "
         + ("Obs. %: what the trace itself shows (its captured launches, unweighted). " if "observed" in shown else "")
         + f"{w.capitalize()}s/{u}: launched {w}s per {u}, corrected, duration-weighted"
-        + ("; Reported: the profiler's own value, weighted alike (highlighted where it differs)" if "reported" in shown
-           else "")
+        + (
+            "; Reported: the profiler's own value, weighted alike (highlighted where it differs)"
+            if "reported" in shown
+            else ""
+        )
         + f"; Resident: {w}s actually on {'an' if u == 'SM' else 'a'} {u} at once (waves and tail accounted). "
         "Launches: launches in the trace."
     )
     if any(k.bounded for k in kernels):
-        yield ("Estimates of one window can exceed what is possible when long kernels are captured (a launch of "
-               "duration d counts W/(W-d) times); these are brought within what the trace shows possible, and "
-               "the device is marked low-confidence. The agent's counters keep the unbounded sums, which stay "
-               "unbiased over many windows.")
+        yield (
+            "Estimates of one window can exceed what is possible when long kernels are captured (a launch of "
+            "duration d counts W/(W-d) times); these are brought within what the trace shows possible, and "
+            "the device is marked low-confidence. The agent's counters keep the unbounded sums, which stay "
+            "unbiased over many windows."
+        )
     over = [k for k in kernels if k.time_share is not None and k.time_share > 1.0]
     if over:
         yield (f"* Time % above 100 ({len(over)} kernels): the kernel ran on several streams at once.")
@@ -318,7 +346,8 @@ def explanations(analysis: WindowAnalysis, trace: Trace | None = None) -> Iterat
         if n:
             yield f"{kind} ({n} launches): {ARTIFACT_EXPLANATIONS[kind]}"
     over = [
-        k for k in analysis.kernels
+        k
+        for k in analysis.kernels
         if k.reported_warps_per_sm_min is not None
         and (props := next((d.properties for d in analysis.devices if d.device == k.device), None)) is not None
         and k.reported_warps_per_sm_min > props.max_warps_per_sm

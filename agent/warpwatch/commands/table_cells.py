@@ -75,8 +75,10 @@ def device_lines(d: DeviceStats) -> list[str]:
     else:
         desc = device_description(p)
         if d.properties_from is not None:
-            desc += (f"; properties of device {d.properties_from} applied (the trace describes one device "
-                     f"model, and lists no device {d.device})")
+            desc += (
+                f"; properties of device {d.properties_from} applied (the trace describes one device "
+                f"model, and lists no device {d.device})"
+            )
     parts = []
     if d.busy_ratio is not None:
         busy = f"busy {pct1(d.busy_ratio)}"

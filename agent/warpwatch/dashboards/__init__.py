@@ -68,8 +68,7 @@ def _grafana() -> Any:
         from . import grafana
     except ImportError as exc:  # grafanalib is the optional extra `dashboards`
         raise MissingDependencyError(
-            f"building dashboards needs grafanalib ({exc}); "
-            "install it with: pip install 'warpwatch[dashboards]'"
+            f"building dashboards needs grafanalib ({exc}); install it with: pip install 'warpwatch[dashboards]'"
         ) from None
     return grafana
 
@@ -89,17 +88,13 @@ def _readme(files: Sequence[str]) -> str:
 def render(settings: Settings = DEFAULT_SETTINGS) -> dict[str, str]:
     """Every generated file: relative path -> text. Pure; same settings, same bytes."""
     grafana = _grafana()
-    files: dict[str, str] = {
-        name: grafana.to_json(board) for name, board in grafana.all_dashboards(settings).items()
-    }
+    files: dict[str, str] = {name: grafana.to_json(board) for name, board in grafana.all_dashboards(settings).items()}
     files[DATASOURCE_FILE] = rules.dump_yaml(grafana.datasource_provisioning(settings))
     files[DASHBOARD_PROVIDER_FILE] = rules.dump_yaml(grafana.dashboard_provisioning(settings))
     files[RULES_FILE] = rules.dump_yaml(rules.rules_file(settings))
     files[PROMETHEUS_RULE_FILE] = rules.dump_yaml(rules.prometheus_rule(settings))
     files[GRAFANA_ALERTING_FILE] = rules.dump_yaml(rules.grafana_alerting(settings))
-    files[RULES_TEST_FILE] = rules.dump_yaml(
-        ruletests.promtool_tests(settings, Path(RULES_FILE).name)
-    )
+    files[RULES_TEST_FILE] = rules.dump_yaml(ruletests.promtool_tests(settings, Path(RULES_FILE).name))
     files[ALERTMANAGER_FILE] = rules.dump_yaml(routing.alertmanager_config(settings))
     for alert in alerts(settings):
         files[f"runbooks/{alert.slug}.md"] = rules.runbook_markdown(alert, settings)
@@ -129,9 +124,7 @@ def build(
         chosen = sorted({p for pattern in patterns for p in out_dir.glob(pattern) if p in written})
         names = [p.name for p in chosen]
         if len(names) != len(set(names)):
-            raise ConfigError(
-                f"copy_to {target}: patterns {list(patterns)} select files with the same name"
-            )
+            raise ConfigError(f"copy_to {target}: patterns {list(patterns)} select files with the same name")
         target.mkdir(parents=True, exist_ok=True)
         for src in chosen:
             shutil.copyfile(src, target / src.name)
@@ -171,9 +164,7 @@ def settings_from(pairs: Sequence[str], base: Settings = DEFAULT_SETTINGS) -> Se
         name, sep, raw = pair.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in fields:
-            raise ConfigError(
-                f"--set {pair!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(fields))}"
-            )
+            raise ConfigError(f"--set {pair!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(fields))}")
         kind = type(getattr(base, name))
         try:
             changes[name] = kind(raw)
@@ -184,7 +175,11 @@ def settings_from(pairs: Sequence[str], base: Settings = DEFAULT_SETTINGS) -> Se
 
 def _add_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--set", dest="settings", action="append", default=[], metavar="NAME=VALUE",
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
         help="override a setting of warpwatch.dashboards.settings.Settings, e.g. "
         "--set prometheus_url=http://prom:9090 --set runbook_url_base=https://wiki/runbooks/ "
         "--set degraded_ratio=0.6 (repeatable)",
@@ -194,32 +189,37 @@ def _add_settings(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     """Add `warpwatch dashboards {build,push}` to the CLI."""
     parser = subparsers.add_parser(
-        "dashboards", help="generate or push Grafana dashboards and alert rules",
+        "dashboards",
+        help="generate or push Grafana dashboards and alert rules",
         description="Grafana dashboards, Prometheus/Grafana alert rules and runbooks, from one definition.",
     )
     actions = parser.add_subparsers(dest="dashboards_action", metavar="ACTION", required=True)
 
     build_p = actions.add_parser(
-        "build", help="regenerate dashboards, alerts and runbooks",
+        "build",
+        help="regenerate dashboards, alerts and runbooks",
         description="Write every generated file into --out (deterministic).",
     )
-    build_p.add_argument("--out", type=Path, default=Path("dashboards"),
-                         help="output folder (default: %(default)s)")
-    build_p.add_argument("--check", action="store_true",
-                         help="write nothing; exit 1 when --out differs from a fresh build")
+    build_p.add_argument("--out", type=Path, default=Path("dashboards"), help="output folder (default: %(default)s)")
+    build_p.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when --out differs from a fresh build"
+    )
     _add_settings(build_p)
     build_p.set_defaults(func=_cmd_build)
 
     push_p = actions.add_parser(
-        "push", help="create or update the dashboards (and alert rules) in Grafana",
+        "push",
+        help="create or update the dashboards (and alert rules) in Grafana",
         description="Create or update the dashboards in Grafana over its HTTP API (folder by uid, "
         f"created if missing). The token is read from ${push.TOKEN_ENV} and sent as a Bearer token.",
     )
-    push_p.add_argument("--grafana-url", default=os.environ.get("GRAFANA_URL"),
-                        help="Grafana base URL, e.g. http://grafana:3000 (default: $GRAFANA_URL)")
+    push_p.add_argument(
+        "--grafana-url",
+        default=os.environ.get("GRAFANA_URL"),
+        help="Grafana base URL, e.g. http://grafana:3000 (default: $GRAFANA_URL)",
+    )
     push_p.add_argument("--alerts", action="store_true", help="also create or update the alert rules")
-    push_p.add_argument("--timeout", type=float, default=10.0,
-                        help="seconds per request (default: %(default)s)")
+    push_p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default: %(default)s)")
     _add_settings(push_p)
     push_p.set_defaults(func=_cmd_push)
 

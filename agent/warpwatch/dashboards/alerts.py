@@ -33,6 +33,7 @@ GROUPS: tuple[str, ...] = (GROUP_PROFILER, GROUP_OCCUPANCY, GROUP_COVERAGE, GROU
 def _sel(s: Settings) -> q.Sel:
     def sel(metric: md.MetricDef) -> str:
         return alert_series(s, metric)
+
     return sel
 
 
@@ -73,18 +74,24 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
     failing = alert_series(s, md.WINDOWS, FAILING_MATCHER)
     pct_share = f"{s.degraded_min_time_share:.0%}"
     on = ", ".join(s.fleet)
-    share_now = (f"avg_over_time({q.record_series(s, md.KERNEL_SECONDS, 'fleet_kernel')}[{s.degraded_window}])"
-                 f"\n    / on ({on}) group_left\n    "
-                 f"avg_over_time({q.record_series(s, md.GPU_OBSERVED_SECONDS, 'fleet')}[{s.degraded_window}])")
+    share_now = (
+        f"avg_over_time({q.record_series(s, md.KERNEL_SECONDS, 'fleet_kernel')}[{s.degraded_window}])"
+        f"\n    / on ({on}) group_left\n    "
+        f"avg_over_time({q.record_series(s, md.GPU_OBSERVED_SECONDS, 'fleet')}[{s.degraded_window}])"
+    )
     gpu_observed = q.record_series(s, md.GPU_OBSERVED_SECONDS, "pod_gpu")
-    occupancy = (f"avg_over_time({q.record_series(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'pod_gpu')}"
-                 f"[{s.nvml_window}])\n    / avg_over_time({gpu_observed}[{s.nvml_window}])")
+    occupancy = (
+        f"avg_over_time({q.record_series(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'pod_gpu')}"
+        f"[{s.nvml_window}])\n    / avg_over_time({gpu_observed}[{s.nvml_window}])"
+    )
     gpu_keep = ", ".join(q.pod_gpu_labels(s))
     nvml = f"max by ({gpu_keep}) (avg_over_time({alert_series(s, md.NVML_SM_OCCUPANCY)}[{s.nvml_window}]))"
     longest = f"max by ({gpu_keep}) (max_over_time({alert_series(s, md.GPU_LONGEST_KERNEL_RATIO)}[{s.short_window}]))"
     nvml_util = f"max by ({gpu_keep}) (avg_over_time({alert_series(s, md.NVML_GPU_UTILIZATION)}[{s.short_window}]))"
-    busy = (f"avg_over_time({q.record_series(s, md.GPU_BUSY_SECONDS, 'pod_gpu')}[{s.short_window}])"
-            f"\n      / avg_over_time({gpu_observed}[{s.short_window}])")
+    busy = (
+        f"avg_over_time({q.record_series(s, md.GPU_BUSY_SECONDS, 'pod_gpu')}[{s.short_window}])"
+        f"\n      / avg_over_time({gpu_observed}[{s.short_window}])"
+    )
     return (
         AlertDef(
             name="WarpwatchProfilerArtifacts",
@@ -123,10 +130,8 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                     "properties, or its occupancy calculator does not know the GPU.",
                 ),
                 mitigation=(
-                    "Use warpwatch's metrics instead of the trace's numbers; nothing needs fixing in "
-                    "the workload.",
-                    "Upgrading PyTorch removes the SM-count cases; grid overflow is still present in "
-                    "current Kineto.",
+                    "Use warpwatch's metrics instead of the trace's numbers; nothing needs fixing in the workload.",
+                    "Upgrading PyTorch removes the SM-count cases; grid overflow is still present in current Kineto.",
                     "To silence it, route severity=info alerts to a low-priority receiver, or "
                     "drop the kinds you accept from `ALERTED_ARTIFACTS`.",
                 ),
@@ -185,9 +190,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
         AlertDef(
             name="WarpwatchOccupancyDisagreesWithNvml",
             group=GROUP_OCCUPANCY,
-            expr=(
-                f"abs(\n  (\n    {occupancy}\n  )\n  - {nvml}\n) > {s.nvml_max_difference}"
-            ),
+            expr=(f"abs(\n  (\n    {occupancy}\n  )\n  - {nvml}\n) > {s.nvml_max_difference}"),
             for_=s.nvml_for,
             severity="warning",
             summary="GPU {{ $labels.gpu }}: estimated occupancy and NVML GPM SM occupancy differ by "
@@ -198,8 +201,11 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 f"{s.nvml_window} (bound {s.nvml_max_difference}). Either other processes share the GPU, "
                 "the device indices differ, or the traces miss most of the GPU's work."
             ),
-            thresholds=(("nvml_window", s.nvml_window), ("nvml_max_difference", str(s.nvml_max_difference)),
-                        ("nvml_for", s.nvml_for)),
+            thresholds=(
+                ("nvml_window", s.nvml_window),
+                ("nvml_max_difference", str(s.nvml_max_difference)),
+                ("nvml_for", s.nvml_for),
+            ),
             runbook=Runbook(
                 meaning="NVML's GPM SM occupancy (hardware counters, all processes on the device) and "
                 "warpwatch's estimate (from the traced process's kernel launches) should agree within "
@@ -217,8 +223,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                     "compare with Nsight Compute's achieved occupancy for the top kernels.",
                 ),
                 mitigation=(
-                    "Fix the device mapping, or accept the difference for shared GPUs and silence "
-                    "the alert for them.",
+                    "Fix the device mapping, or accept the difference for shared GPUs and silence the alert for them.",
                     "Lengthen the capture window when long kernels dominate.",
                 ),
             ),
@@ -288,8 +293,7 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
             ),
             for_=s.stale_for,
             severity="warning",
-            summary="warpwatch has not finished a capture window for "
-            '{{ printf "%.0f" $value }} s',
+            summary='warpwatch has not finished a capture window for {{ printf "%.0f" $value }} s',
             description=(
                 'The warpwatch agent has not finished a capture window for {{ printf "%.0f" $value }} s, '
                 f"more than {s.stale_periods:g} of its capture periods (its own "
@@ -302,17 +306,13 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
             runbook=Runbook(
                 meaning="The agent is scraped but its last window (any outcome) finished long ago: "
                 "its capture loop is stuck or blocked.",
-                impact="Occupancy metrics and every other alert of warpwatch stop reflecting the "
-                "workload.",
+                impact="Occupancy metrics and every other alert of warpwatch stop reflecting the workload.",
                 diagnosis=(
                     "Agent logs: a source that blocks (a trace that never arrives, a full disk).",
                     "*Agent health* dashboard: processing time near the period means windows queue up.",
-                    "An agent that is not scraped at all does not raise this alert; watch `up` for "
-                    "that.",
+                    "An agent that is not scraped at all does not raise this alert; watch `up` for that.",
                 ),
-                mitigation=(
-                    "Restart the agent; if windows take longer than the period, raise `--period`.",
-                ),
+                mitigation=("Restart the agent; if windows take longer than the period, raise `--period`.",),
             ),
         ),
         AlertDef(
@@ -374,4 +374,3 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
         ),
         slows_serving(s),
     )
-

@@ -18,9 +18,11 @@ GROUP_OCCUPANCY = "warpwatch-occupancy"
 
 def gpu_degraded(s: Settings, degraded: str) -> AlertDef:
     """`degraded`: `alerts._degraded_branch` at the `pod_gpu` level."""
-    busy_now = (f"avg_over_time({q.record_series(s, md.GPU_BUSY_SECONDS, 'pod_gpu')}[{s.degraded_window}])"
-                f"\n    / avg_over_time({q.record_series(s, md.GPU_OBSERVED_SECONDS, 'pod_gpu')}"
-                f"[{s.degraded_window}])")
+    busy_now = (
+        f"avg_over_time({q.record_series(s, md.GPU_BUSY_SECONDS, 'pod_gpu')}[{s.degraded_window}])"
+        f"\n    / avg_over_time({q.record_series(s, md.GPU_OBSERVED_SECONDS, 'pod_gpu')}"
+        f"[{s.degraded_window}])"
+    )
     pct = f"{s.degraded_min_time_share:.0%}"
     return AlertDef(
         name="WarpwatchGpuOccupancyDegraded",
@@ -28,8 +30,7 @@ def gpu_degraded(s: Settings, degraded: str) -> AlertDef:
         expr=f"{degraded}\nand\n  (\n    {busy_now}\n  ) > {s.degraded_min_time_share}",
         for_=s.degraded_for,
         severity="warning",
-        summary="GPU {{ $labels.gpu }} of {{ $labels.pod }} runs at "
-        '{{ printf "%.2f" $value }}x its usual occupancy',
+        summary='GPU {{ $labels.gpu }} of {{ $labels.pod }} runs at {{ printf "%.2f" $value }}x its usual occupancy',
         description=(
             "Time-averaged estimated occupancy of GPU {{ $labels.gpu }} in pod {{ $labels.namespace }}/"
             f"{{{{ $labels.pod }}}} over the last {s.degraded_window} is "
@@ -48,8 +49,7 @@ def gpu_degraded(s: Settings, degraded: str) -> AlertDef:
             diagnosis=(
                 "*Overview* dashboard for the pod: occupancy and busy ratio of this GPU beside its "
                 "siblings; NVML GPM occupancy beside the estimate.",
-                "dcgm-exporter for the same UUID (`warpwatch_gpu_info{uuid}`): clocks, throttling, XID "
-                "errors, ECC.",
+                "dcgm-exporter for the same UUID (`warpwatch_gpu_info{uuid}`): clocks, throttling, XID errors, ECC.",
                 "`nvidia-smi` on the node: other processes on the device.",
             ),
             mitigation=(

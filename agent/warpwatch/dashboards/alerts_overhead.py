@@ -29,8 +29,7 @@ def slows_serving(s: Settings) -> AlertDef:
         expr=f"{q.OVERHEAD_BUDGET_USED} > {bound:g}",
         for_=s.overhead_for,
         severity="warning",
-        summary="warpwatch costs the server in {{ $labels.pod }} "
-        '{{ printf "%.2f" $value }}x its overhead budget',
+        summary='warpwatch costs the server in {{ $labels.pod }} {{ printf "%.2f" $value }}x its overhead budget',
         description=(
             "The warpwatch agent in pod {{ $labels.namespace }}/{{ $labels.pod }} estimates that profiling "
             'costs the server it watches {{ printf "%.2f" $value }} times its `--overhead-budget` '

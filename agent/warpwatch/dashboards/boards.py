@@ -38,6 +38,7 @@ NOW = "Now (last window)"
 def _sel(s: Settings, scope: Scope) -> q.Sel:
     def sel(metric: md.MetricDef) -> str:
         return dashboard_series(s, metric, scope)
+
     return sel
 
 
@@ -56,8 +57,9 @@ def _overview(s: Settings) -> DashboardDef:
         return dashboard_series(s, metric, "gpu")
 
     pod = (*s.fleet, "pod")
-    pod_share = q.record_ratio(s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu",
-                               POD_MATCHERS, RANGE, on=pod, den_by=pod)
+    pod_share = q.record_ratio(
+        s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu", POD_MATCHERS, RANGE, on=pod, den_by=pod
+    )
 
     return DashboardDef(
         uid="warpwatch-overview",
@@ -68,14 +70,19 @@ def _overview(s: Settings) -> DashboardDef:
         variables=("namespace", "pod", "gpu"),
         panels=(
             PanelDef(
-                "timeseries", "Estimated occupancy per GPU",
+                "timeseries",
+                "Estimated occupancy per GPU",
                 "Resident warps per SM / the SM's maximum, averaged over the time the GPU was watched "
                 "(idle and empty windows count as zero): rate of Σ corrected kernel time x estimated "
                 "occupancy over rate of observed seconds.",
-                PERCENT, (Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND),), min=0, max=1,
+                PERCENT,
+                (Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND),),
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "timeseries", "Estimated vs NVML GPM SM occupancy",
+                "timeseries",
+                "Estimated vs NVML GPM SM occupancy",
                 "warpwatch's estimate beside the hardware's SM occupancy (NVML GPM; Hopper and newer "
                 "only, absent elsewhere). They agree when the traced process is the GPU's only user and "
                 "the window holds its kernels.",
@@ -84,38 +91,47 @@ def _overview(s: Settings) -> DashboardDef:
                     Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND + " estimated"),
                     Query(f"avg_over_time({gauge(md.NVML_SM_OCCUPANCY)}[{RATE}])", GPU_LEGEND + " NVML GPM"),
                 ),
-                min=0, max=1,
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "timeseries", "Resident warps per SM per GPU",
+                "timeseries",
+                "Resident warps per SM per GPU",
                 "Average warps resident on an SM over the watched time, all kernels and streams together.",
-                COUNT, (Query(_gpu_ratio(s, md.GPU_RESIDENT_WARPS_SECONDS), GPU_LEGEND),), min=0,
+                COUNT,
+                (Query(_gpu_ratio(s, md.GPU_RESIDENT_WARPS_SECONDS), GPU_LEGEND),),
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Busy ratio vs NVML utilisation",
+                "timeseries",
+                "Busy ratio vs NVML utilisation",
                 "Share of the watched time with at least one kernel running (sampling-corrected, "
                 "overlapping streams counted once), beside NVML's GPU utilisation. NVML well above the "
                 "estimate: kernels longer than the window are being missed.",
                 PERCENT,
                 (
                     Query(_gpu_ratio(s, md.GPU_BUSY_SECONDS), GPU_LEGEND + " busy"),
-                    Query(f"avg_over_time({gauge(md.NVML_GPU_UTILIZATION)}[{RATE}])",
-                          GPU_LEGEND + " NVML utilisation"),
+                    Query(f"avg_over_time({gauge(md.NVML_GPU_UTILIZATION)}[{RATE}])", GPU_LEGEND + " NVML utilisation"),
                 ),
-                min=0, max=1,
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "bargauge", "Top kernels by time share",
+                "bargauge",
+                "Top kernels by time share",
                 "The 10 kernels with the largest share of the pod's watched GPU time over the selected "
                 "range (the pod's GPUs together): recorded rate of the kernel's corrected seconds over "
                 "recorded rate of the GPUs' observed seconds (kernels outside the top-K are summed into "
                 "`other`). Per GPU: the *Kernels* dashboard.",
                 PERCENT,
                 (Query(f"topk(10,\n{pod_share}\n)", "{{kernel}} ({{pod}})", instant=True),),
-                height=10, min=0, max=1,
+                height=10,
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "timeseries", "Coverage: is the window long enough?",
+                "timeseries",
+                "Coverage: is the window long enough?",
                 "Share of the watched time in windows that captured no kernel (idle, or inside a kernel "
                 "longer than the window), in low-confidence windows, and the longest captured kernel as "
                 "a share of its window (maximum over each interval). Near 0.5 or above, or empty "
@@ -125,8 +141,10 @@ def _overview(s: Settings) -> DashboardDef:
                 (
                     Query(_gpu_ratio(s, md.GPU_EMPTY_SECONDS), GPU_LEGEND + " empty windows"),
                     Query(_gpu_ratio(s, md.GPU_LOW_CONFIDENCE_SECONDS), GPU_LEGEND + " low confidence"),
-                    Query(f"max_over_time({gauge(md.GPU_LONGEST_KERNEL_RATIO)}[{RATE}])",
-                          GPU_LEGEND + " longest kernel / window"),
+                    Query(
+                        f"max_over_time({gauge(md.GPU_LONGEST_KERNEL_RATIO)}[{RATE}])",
+                        GPU_LEGEND + " longest kernel / window",
+                    ),
                 ),
                 min=0,
             ),
@@ -184,8 +202,11 @@ def _kernels(s: Settings) -> DashboardDef:
                 "(min)' is the profiler's own uncorrected value (negative = artefact).",
                 (
                     (mean("warps_per_sm", RANGE), "Corrected warps/SM", COUNT),
-                    (f"min_over_time({gauge(md.KERNEL_REPORTED_WARPS_MIN)}[{RANGE}])", "Reported warps/SM (min)",
-                     COUNT),
+                    (
+                        f"min_over_time({gauge(md.KERNEL_REPORTED_WARPS_MIN)}[{RANGE}])",
+                        "Reported warps/SM (min)",
+                        COUNT,
+                    ),
                     (mean("resident_warps_per_sm", RANGE), "Resident warps/SM", COUNT),
                     (mean("theoretical_occupancy", RANGE), "Theoretical occupancy", PERCENT),
                     (mean("estimated_occupancy", RANGE), "Estimated occupancy", PERCENT),
@@ -202,10 +223,12 @@ def _kernels(s: Settings) -> DashboardDef:
                 "The full name behind each `kernel` label over the selected range (warpwatch_kernel_info): "
                 "labels are short and stable; a label ending in ~hash was shortened from this name.",
                 ((f"max_over_time({gauge(md.KERNEL_INFO)}[{RANGE}])", None, ""),),
-                height=8, keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
+                height=8,
+                keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
             ),
             PanelDef(
-                "timeseries", "Estimated vs theoretical occupancy",
+                "timeseries",
+                "Estimated vs theoretical occupancy",
                 "Estimated (resident warps / SM maximum, waves and tail included) beside theoretical "
                 "(CUDA occupancy calculator) occupancy per kernel, duration-weighted. A gap means partial "
                 "waves.",
@@ -214,34 +237,50 @@ def _kernels(s: Settings) -> DashboardDef:
                     Query(mean("estimated_occupancy"), KERNEL_LEGEND + " estimated"),
                     Query(mean("theoretical_occupancy"), KERNEL_LEGEND + " theoretical"),
                 ),
-                min=0, max=1, links=(evidence_link(s),),
+                min=0,
+                max=1,
+                links=(evidence_link(s),),
             ),
             PanelDef(
-                "timeseries", "Resident warps per SM",
+                "timeseries",
+                "Resident warps per SM",
                 "Average warps resident on an SM while the kernel runs (duration-weighted).",
-                COUNT, (Query(mean("resident_warps_per_sm"), KERNEL_LEGEND),), min=0,
+                COUNT,
+                (Query(mean("resident_warps_per_sm"), KERNEL_LEGEND),),
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Warps per SM (corrected)",
+                "timeseries",
+                "Warps per SM (corrected)",
                 "Launched warps per SM, B*ceil(T/warpSize)/SMs: what the profiler's 'warps per SM' "
                 "means, computed right. Not bounded by the SM's capacity (all waves count).",
-                COUNT, (Query(mean("warps_per_sm"), KERNEL_LEGEND),),
+                COUNT,
+                (Query(mean("warps_per_sm"), KERNEL_LEGEND),),
             ),
             PanelDef(
-                "timeseries", "Waves per SM",
+                "timeseries",
+                "Waves per SM",
                 "Blocks / (max active blocks per SM x SMs), duration-weighted. Below 1 the GPU is not filled.",
-                COUNT, (Query(mean("waves_per_sm"), KERNEL_LEGEND),), min=0,
+                COUNT,
+                (Query(mean("waves_per_sm"), KERNEL_LEGEND),),
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Time share",
+                "timeseries",
+                "Time share",
                 "Share of the GPU's watched time spent in the kernel (sampling-corrected; concurrent "
                 "streams add up), empty windows included.",
-                PERCENT, (Query(q.time_share(k, RATE), KERNEL_LEGEND),), min=0,
+                PERCENT,
+                (Query(q.time_share(k, RATE), KERNEL_LEGEND),),
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Launches per second",
+                "timeseries",
+                "Launches per second",
                 "Kernel launches per second of watched time (sampling-corrected).",
-                PER_SECOND, (Query(q.launch_rate(k, RATE), KERNEL_LEGEND),), min=0,
+                PER_SECOND,
+                (Query(q.launch_rate(k, RATE), KERNEL_LEGEND),),
+                min=0,
             ),
             table_panel(
                 f"Kernels: last {s.recording_window}",
@@ -289,5 +328,3 @@ def all_queries(s: Settings = DEFAULT_SETTINGS, *, substitute: bool = True) -> l
     if substitute:
         out = [(where, substitute_variables(expr)) for where, expr in out]
     return out
-
-

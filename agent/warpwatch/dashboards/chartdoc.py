@@ -25,8 +25,9 @@ import yaml
 
 from ..errors import WarpwatchError
 
-BEGIN = ("<!-- BEGIN values table: generated from values.yaml by `warpwatch dashboards build`; "
-         "edit the comments there -->")
+BEGIN = (
+    "<!-- BEGIN values table: generated from values.yaml by `warpwatch dashboards build`; edit the comments there -->"
+)
 END = "<!-- END values table -->"
 MAX_DEFAULT_CHARS = 100
 """Defaults longer than this (as JSON) are shown as "see values.yaml"."""
@@ -143,4 +144,4 @@ def replace_table(readme_text: str, values_text: str) -> str:
     start, end = readme_text.find(BEGIN), readme_text.find(END)
     if start < 0 or end < start:
         raise ChartDocError(f"the chart README has no values table markers ({BEGIN!r} ... {END!r})")
-    return readme_text[:start] + render(values_text) + readme_text[end + len(END):].removeprefix("\n")
+    return readme_text[:start] + render(values_text) + readme_text[end + len(END) :].removeprefix("\n")

@@ -60,7 +60,8 @@ def plan(repo_root: Path) -> list[tuple[Path, Path]]:
         sources = sorted(p for p in (repo_root / rule.source_dir).glob(rule.pattern) if p.is_file())
         if not sources:
             raise DeploySyncError(
-                f"no {rule.source_dir}/{rule.pattern} under {repo_root}: run `warpwatch dashboards build` first")
+                f"no {rule.source_dir}/{rule.pattern} under {repo_root}: run `warpwatch dashboards build` first"
+            )
         pairs.extend((src, repo_root / rule.dest_dir / src.name) for src in sources)
     return pairs
 
@@ -132,6 +133,7 @@ def check(repo_root: Path) -> list[str]:
         problems.append(f"{CHART_VALUES}: {exc}")
     else:
         if table is not None and table[1] != table[0].read_text(encoding="utf-8"):
-            problems.append(f"{CHART_README}: the values table differs from {CHART_VALUES} "
-                            "(run `warpwatch dashboards build`)")
+            problems.append(
+                f"{CHART_README}: the values table differs from {CHART_VALUES} (run `warpwatch dashboards build`)"
+            )
     return problems

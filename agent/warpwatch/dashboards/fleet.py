@@ -23,10 +23,18 @@ def fleet(s: Settings) -> DashboardDef:
     def ratio(record: str) -> str:
         return f"{record}{{{', '.join(FLEET_MATCHERS)}}}"
 
-    share = q.record_ratio(s, md.KERNEL_SECONDS, "fleet_kernel", md.GPU_OBSERVED_SECONDS, "fleet",
-                           FLEET_MATCHERS, RANGE, on=on)
-    occupancy = q.record_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, "fleet_kernel", md.KERNEL_SECONDS,
-                               "fleet_kernel", FLEET_MATCHERS, RANGE)
+    share = q.record_ratio(
+        s, md.KERNEL_SECONDS, "fleet_kernel", md.GPU_OBSERVED_SECONDS, "fleet", FLEET_MATCHERS, RANGE, on=on
+    )
+    occupancy = q.record_ratio(
+        s,
+        md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS,
+        "fleet_kernel",
+        md.KERNEL_SECONDS,
+        "fleet_kernel",
+        FLEET_MATCHERS,
+        RANGE,
+    )
     observed = q.record_series(s, md.GPU_OBSERVED_SECONDS, "fleet", *FLEET_MATCHERS)
     return DashboardDef(
         uid="warpwatch-fleet",
@@ -36,38 +44,59 @@ def fleet(s: Settings) -> DashboardDef:
         variables=("namespace", "deployment"),
         panels=(
             PanelDef(
-                "timeseries", "GPU busy ratio per deployment",
+                "timeseries",
+                "GPU busy ratio per deployment",
                 "Share of the deployment's watched GPU time with a kernel running: recorded sum of busy "
                 "seconds over recorded sum of observed seconds.",
-                PERCENT, (Query(ratio(f"fleet:warpwatch_gpu_busy:ratio_rate{w}"), legend),), min=0, max=1,
+                PERCENT,
+                (Query(ratio(f"fleet:warpwatch_gpu_busy:ratio_rate{w}"), legend),),
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "timeseries", "Estimated occupancy per deployment",
+                "timeseries",
+                "Estimated occupancy per deployment",
                 "Time-averaged estimated occupancy of the deployment's GPUs (idle time counts as zero).",
-                PERCENT, (Query(ratio(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}"), legend),),
-                min=0, max=1,
+                PERCENT,
+                (Query(ratio(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}"), legend),),
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "timeseries", "GPUs watched",
+                "timeseries",
+                "GPUs watched",
                 "Observed GPU-seconds per second: the number of GPUs whose traces the agents read, "
                 "times the capture duty.",
-                COUNT, (Query(observed, legend),), min=0,
+                COUNT,
+                (Query(observed, legend),),
+                min=0,
             ),
             PanelDef(
-                "bargauge", "Top kernels by time share",
-                "The 10 kernels with the largest share of the deployment's watched GPU time over the "
-                "selected range.",
-                PERCENT, (Query(f"topk(10,\n{share}\n)", "{{kernel}} (" + legend + ")", instant=True),),
-                height=10, min=0, max=1,
+                "bargauge",
+                "Top kernels by time share",
+                "The 10 kernels with the largest share of the deployment's watched GPU time over the selected range.",
+                PERCENT,
+                (Query(f"topk(10,\n{share}\n)", "{{kernel}} (" + legend + ")", instant=True),),
+                height=10,
+                min=0,
+                max=1,
             ),
             PanelDef(
-                "bargauge", "Estimated occupancy of the top kernels",
+                "bargauge",
+                "Estimated occupancy of the top kernels",
                 "Duration-weighted mean estimated occupancy over the selected range of the 10 kernels "
                 "that take the most time.",
                 PERCENT,
-                (Query(f"(\n{occupancy}\n)\nand on ({', '.join((*on, 'kernel'))})\ntopk(10,\n{share}\n)",
-                       "{{kernel}} (" + legend + ")", instant=True),),
-                height=10, min=0, max=1,
+                (
+                    Query(
+                        f"(\n{occupancy}\n)\nand on ({', '.join((*on, 'kernel'))})\ntopk(10,\n{share}\n)",
+                        "{{kernel}} (" + legend + ")",
+                        instant=True,
+                    ),
+                ),
+                height=10,
+                min=0,
+                max=1,
             ),
         ),
     )

@@ -66,14 +66,16 @@ def _table_transformations(panel: PanelDef) -> list[dict[str, Any]]:
     if len(panel.queries) > 1:
         steps.append({"id": "merge", "options": {}})
     steps.append({"id": "filterFieldsByName", "options": {"include": {"names": keep}}})
-    steps.append({
-        "id": "organize",
-        "options": {
-            "excludeByName": {},
-            "indexByName": order,
-            "renameByName": {value_name[c.ref_id]: c.title for c in panel.columns},
-        },
-    })
+    steps.append(
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {},
+                "indexByName": order,
+                "renameByName": {value_name[c.ref_id]: c.title for c in panel.columns},
+            },
+        }
+    )
     return steps
 
 
@@ -95,28 +97,53 @@ def _panel(panel: PanelDef, pos: Any) -> Any:
     extra = _field_defaults(panel)
     if panel.kind == "timeseries":
         return G.TimeSeries(
-            **common, unit=panel.unit, thresholds=_steps(panel), legendDisplayMode="list",
-            tooltipMode="multi", tooltipSort="desc", lineWidth=1, fillOpacity=10, extraJson=extra,
+            **common,
+            unit=panel.unit,
+            thresholds=_steps(panel),
+            legendDisplayMode="list",
+            tooltipMode="multi",
+            tooltipSort="desc",
+            lineWidth=1,
+            fillOpacity=10,
+            extraJson=extra,
             thresholdsStyleMode="line" if len(panel.thresholds) > 1 else "off",
         )
     if panel.kind == "stat":
         return G.Stat(
-            **common, format=panel.unit, reduceCalc="lastNotNull", graphMode="none",
-            thresholds=_steps(panel), colorMode="value", textMode="value_and_name",
-            color={"mode": "thresholds"}, noValue="no data", extraJson=extra,
+            **common,
+            format=panel.unit,
+            reduceCalc="lastNotNull",
+            graphMode="none",
+            thresholds=_steps(panel),
+            colorMode="value",
+            textMode="value_and_name",
+            color={"mode": "thresholds"},
+            noValue="no data",
+            extraJson=extra,
         )
     if panel.kind == "table":
         sort = [G.TableSortByField(displayName=panel.sort_by, desc=True)] if panel.sort_by else []
         return G.Table(
-            **common, unit=panel.unit, transformations=_table_transformations(panel),
-            overrides=_table_overrides(panel), sortBy=sort, filterable=True, thresholds=_steps(panel),
+            **common,
+            unit=panel.unit,
+            transformations=_table_transformations(panel),
+            overrides=_table_overrides(panel),
+            sortBy=sort,
+            filterable=True,
+            thresholds=_steps(panel),
             extraJson=extra,
         )
     if panel.kind == "bargauge":
         return G.BarGauge(**common, format=panel.unit, thresholds=[], extraJson=extra)
     if panel.kind == "text":
-        return G.Text(title=panel.title, description=panel.description, dataSource=dict(DATASOURCE),
-                      gridPos=pos, content=panel.content, mode=G.TEXT_MODE_MARKDOWN)
+        return G.Text(
+            title=panel.title,
+            description=panel.description,
+            dataSource=dict(DATASOURCE),
+            gridPos=pos,
+            content=panel.content,
+            mode=G.TEXT_MODE_MARKDOWN,
+        )
     raise ValueError(f"unknown panel kind {panel.kind!r}")
 
 
@@ -134,17 +161,25 @@ def _layout(panels: tuple[PanelDef, ...]) -> list[Any]:
 
 def _templating(dash: DashboardDef, s: Settings) -> Any:
     variables = [
-        G.Template(name="datasource", label="Data source", query="prometheus", type="datasource",
-                   default=s.datasource_uid),
+        G.Template(
+            name="datasource", label="Data source", query="prometheus", type="datasource", default=s.datasource_uid
+        ),
     ]
     for name in dash.variables:
         var = VARIABLES[name]
-        variables.append(G.Template(
-            name=var.name, label=var.label, type="query", dataSource=dict(DATASOURCE),
-            query=f"label_values({variable_selector(s, var)}, {var.name})",
-            includeAll=False, multi=True, refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
-            sort=G.SORT_ALPHA_ASC,
-        ))
+        variables.append(
+            G.Template(
+                name=var.name,
+                label=var.label,
+                type="query",
+                dataSource=dict(DATASOURCE),
+                query=f"label_values({variable_selector(s, var)}, {var.name})",
+                includeAll=False,
+                multi=True,
+                refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
+                sort=G.SORT_ALPHA_ASC,
+            )
+        )
     return G.Templating(list=variables)
 
 
@@ -217,8 +252,16 @@ def dashboard_json(dash: DashboardDef, s: Settings) -> dict[str, Any]:
         refresh="1m",
         timezone="browser",
         graphTooltip=G.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        links=[G.DashboardLink(title="warpwatch", type="dashboards", tags=["warpwatch"], asDropdown=True,
-                               includeVars=True, keepTime=True)],
+        links=[
+            G.DashboardLink(
+                title="warpwatch",
+                type="dashboards",
+                tags=["warpwatch"],
+                asDropdown=True,
+                includeVars=True,
+                keepTime=True,
+            )
+        ],
     ).auto_panel_ids()
     data: dict[str, Any] = json.loads(json.dumps(board.to_json_data(), default=_encode))
     return _modernise(data, s)
@@ -238,19 +281,25 @@ def datasource_provisioning(s: Settings) -> dict[str, Any]:
     """provisioning/datasources/warpwatch.yaml: the Prometheus the dashboards and alerts read."""
     return {
         "apiVersion": 1,
-        "datasources": [{
-            "name": s.datasource_name,
-            "uid": s.datasource_uid,
-            "type": "prometheus",
-            "access": "proxy",
-            "url": s.prometheus_url,
-            "isDefault": False,
-            "editable": False,
-            # prometheusVersion: Grafana asks the label-values API (match[]) for variables instead of
-            # downloading every matching series.
-            "jsonData": {"httpMethod": "POST", "timeInterval": "30s", "prometheusType": "Prometheus",
-                         "prometheusVersion": s.prometheus_version},
-        }],
+        "datasources": [
+            {
+                "name": s.datasource_name,
+                "uid": s.datasource_uid,
+                "type": "prometheus",
+                "access": "proxy",
+                "url": s.prometheus_url,
+                "isDefault": False,
+                "editable": False,
+                # prometheusVersion: Grafana asks the label-values API (match[]) for variables instead of
+                # downloading every matching series.
+                "jsonData": {
+                    "httpMethod": "POST",
+                    "timeInterval": "30s",
+                    "prometheusType": "Prometheus",
+                    "prometheusVersion": s.prometheus_version,
+                },
+            }
+        ],
     }
 
 
@@ -258,15 +307,17 @@ def dashboard_provisioning(s: Settings) -> dict[str, Any]:
     """provisioning/dashboards/warpwatch.yaml: a file provider for the dashboard JSON files."""
     return {
         "apiVersion": 1,
-        "providers": [{
-            "name": "warpwatch",
-            "orgId": 1,
-            "folder": s.folder_title,
-            "folderUid": s.folder_uid,
-            "type": "file",
-            "disableDeletion": False,
-            "allowUiUpdates": False,
-            "updateIntervalSeconds": 60,
-            "options": {"path": s.dashboards_path, "foldersFromFilesStructure": False},
-        }],
+        "providers": [
+            {
+                "name": "warpwatch",
+                "orgId": 1,
+                "folder": s.folder_title,
+                "folderUid": s.folder_uid,
+                "type": "file",
+                "disableDeletion": False,
+                "allowUiUpdates": False,
+                "updateIntervalSeconds": 60,
+                "options": {"path": s.dashboards_path, "foldersFromFilesStructure": False},
+            }
+        ],
     }

@@ -38,6 +38,7 @@ def _artifact_text() -> str:
 
 def artifacts(s: Settings) -> DashboardDef:
     """Where the profiler's own numbers are wrong."""
+
     def k(metric: md.MetricDef) -> str:
         return dashboard_series(s, metric, "kernel")
 
@@ -50,19 +51,26 @@ def artifacts(s: Settings) -> DashboardDef:
         variables=("namespace", "pod", "gpu", "kernel"),
         panels=(
             PanelDef(
-                "text", "What the artefact kinds mean",
+                "text",
+                "What the artefact kinds mean",
                 "Each kind of profiler artefact warpwatch detects, in one line.",
-                width=8, height=18, content=_artifact_text(),
+                width=8,
+                height=18,
+                content=_artifact_text(),
             ),
             PanelDef(
-                "timeseries", "Artefacts by kind",
+                "timeseries",
+                "Artefacts by kind",
                 "Launches per second whose profiler-reported values are wrong, by artefact kind.",
                 PER_SECOND,
                 (Query(f"sum by (artifact) (rate({arts}[$__rate_interval]))", "{{artifact}}"),),
-                width=16, height=9, min=0,
+                width=16,
+                height=9,
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Artefacts by kernel",
+                "timeseries",
+                "Artefacts by kernel",
                 "Launches per second with profiler artefacts, by GPU, kernel and kind.",
                 PER_SECOND,
                 (
@@ -71,38 +79,46 @@ def artifacts(s: Settings) -> DashboardDef:
                         "GPU {{gpu}} {{kernel}}: {{artifact}}",
                     ),
                 ),
-                width=16, height=9, min=0,
+                width=16,
+                height=9,
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Reported vs corrected warps per SM",
+                "timeseries",
+                "Reported vs corrected warps per SM",
                 "Why is my warps per SM negative? The trace's own value (minimum over the launches, "
                 "uncorrected) beside warpwatch's recomputation for the same kernel (duration-weighted mean).",
                 COUNT,
                 (
-                    Query(f"min_over_time({k(md.KERNEL_REPORTED_WARPS_MIN)}[{RATE}])",
-                          KERNEL_LEGEND + " reported (min)"),
+                    Query(
+                        f"min_over_time({k(md.KERNEL_REPORTED_WARPS_MIN)}[{RATE}])", KERNEL_LEGEND + " reported (min)"
+                    ),
                     Query(q.kernel_mean(k, "warps_per_sm", RATE), KERNEL_LEGEND + " corrected"),
                 ),
-                width=24, height=10,
+                width=24,
+                height=10,
             ),
             PanelDef(
-                "table", "Artefacts in the selected range",
+                "table",
+                "Artefacts in the selected range",
                 "Launches with each artefact kind over the selected range, per kernel.",
                 "none",
                 (
                     Query(
-                        "sum by (namespace, pod, gpu, kernel, artifact) "
-                        f"(increase({arts}[$__range])) > 0",
-                        instant=True, table=True,
+                        f"sum by (namespace, pod, gpu, kernel, artifact) (increase({arts}[$__range])) > 0",
+                        instant=True,
+                        table=True,
                     ),
                 ),
-                width=16, height=10,
+                width=16,
+                height=10,
                 columns=(Column("A", "Launches", COUNT),),
                 keep_labels=("namespace", "pod", "gpu", "kernel", "artifact"),
                 sort_by="Launches",
             ),
             PanelDef(
-                "stat", "Artefacts per captured launch",
+                "stat",
+                "Artefacts per captured launch",
                 "Artefacts counted over the selected range divided by launches captured; above 100 % "
                 "when launches carry several kinds.",
                 PERCENT,
@@ -113,7 +129,8 @@ def artifacts(s: Settings) -> DashboardDef:
                         instant=True,
                     ),
                 ),
-                width=8, height=10,
+                width=8,
+                height=10,
             ),
         ),
     )
@@ -121,6 +138,7 @@ def artifacts(s: Settings) -> DashboardDef:
 
 def agent_health(s: Settings) -> DashboardDef:
     """Is the agent capturing and analysing windows."""
+
     def a(metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
         return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
 
@@ -141,16 +159,23 @@ def agent_health(s: Settings) -> DashboardDef:
         variables=("namespace", "pod", "gpu"),
         panels=(
             PanelDef(
-                "stat", "Last window age",
+                "stat",
+                "Last window age",
                 f"Time since the last window finished (any outcome), in capture periods "
                 f"(`{md.CAPTURE_PERIOD.name}`). Red from {s.stale_periods:g}: alert WarpwatchNoRecentWindow.",
                 COUNT,
-                (Query(f"(time() - {a(md.LAST_WINDOW_TIMESTAMP)})\n  / {a(md.CAPTURE_PERIOD)}", "{{pod}}",
-                       instant=True),),
-                width=8, height=5, thresholds=(("green", None), ("red", s.stale_periods)),
+                (
+                    Query(
+                        f"(time() - {a(md.LAST_WINDOW_TIMESTAMP)})\n  / {a(md.CAPTURE_PERIOD)}", "{{pod}}", instant=True
+                    ),
+                ),
+                width=8,
+                height=5,
+                thresholds=(("green", None), ("red", s.stale_periods)),
             ),
             PanelDef(
-                "stat", "Failing windows",
+                "stat",
+                "Failing windows",
                 "Share of windows over the selected range that failed or timed out (0 when none did).",
                 PERCENT,
                 (
@@ -158,20 +183,28 @@ def agent_health(s: Settings) -> DashboardDef:
                         f"(\n  sum by (namespace, pod) (increase({failing}[$__range]))\n"
                         f"  or sum by (namespace, pod) (increase({a(md.WINDOWS)}[$__range])) * 0\n)\n"
                         f"/ sum by (namespace, pod) (increase({a(md.WINDOWS)}[$__range]))",
-                        "{{pod}}", instant=True,
+                        "{{pod}}",
+                        instant=True,
                     ),
                 ),
-                width=8, height=5, thresholds=(("green", None), ("red", s.failing_ratio)),
+                width=8,
+                height=5,
+                thresholds=(("green", None), ("red", s.failing_ratio)),
             ),
             PanelDef(
-                "stat", "NVML up",
+                "stat",
+                "NVML up",
                 "Whether NVML answered at the last sample (GPU utilisation and GPM occupancy need it).",
-                "none", (Query(a(md.NVML_UP), "{{pod}}", instant=True),),
-                width=8, height=5, thresholds=(("red", None), ("green", 1)),
+                "none",
+                (Query(a(md.NVML_UP), "{{pod}}", instant=True),),
+                width=8,
+                height=5,
+                thresholds=(("red", None), ("green", 1)),
                 mappings=(("0", "down", "red"), ("1", "up", "green")),
             ),
             PanelDef(
-                "timeseries", "Windows by outcome",
+                "timeseries",
+                "Windows by outcome",
                 "Capture windows finished per minute, by outcome (ok, empty, failed, timed_out).",
                 "opm",
                 (
@@ -183,33 +216,40 @@ def agent_health(s: Settings) -> DashboardDef:
                 min=0,
             ),
             PanelDef(
-                "timeseries", "Faults by stage and reason",
+                "timeseries",
+                "Faults by stage and reason",
                 "Faults the agent survived per minute: failed or timed-out windows by cause, refused "
                 "trace files (links out of the folder, FIFOs, other users' files), NVML errors, wall-clock "
                 "steps, overrun rounds. The agent keeps serving its last good snapshot meanwhile.",
                 "opm",
                 (
                     Query(
-                        "sum by (namespace, pod, stage, reason) "
-                        f"(rate({a(md.ERRORS)}[$__rate_interval])) * 60 > 0",
+                        f"sum by (namespace, pod, stage, reason) (rate({a(md.ERRORS)}[$__rate_interval])) * 60 > 0",
                         "{{pod}} {{stage}}/{{reason}}",
                     ),
                 ),
                 min=0,
             ),
             PanelDef(
-                "timeseries", "Window processing time",
+                "timeseries",
+                "Window processing time",
                 "Time to read and analyse one window's trace: median, 90th and 99th percentile.",
-                SECONDS, quantiles, min=0,
+                SECONDS,
+                quantiles,
+                min=0,
             ),
             PanelDef(
-                "timeseries", "Capture duty cycle",
+                "timeseries",
+                "Capture duty cycle",
                 f"Captured time / wall time (window / period). Bound: {s.max_capture_duty:.0%}.",
-                PERCENT, (Query(a(md.CAPTURE_DUTY), "{{pod}}"),),
-                min=0, thresholds=(("green", None), ("red", s.max_capture_duty)),
+                PERCENT,
+                (Query(a(md.CAPTURE_DUTY), "{{pod}}"),),
+                min=0,
+                thresholds=(("green", None), ("red", s.max_capture_duty)),
             ),
             PanelDef(
-                "timeseries", "Capture window and period",
+                "timeseries",
+                "Capture window and period",
                 "The window the agent asks its sources for (it grows with --adaptive-window) and the "
                 "period in force between rounds: --period, stretched while the measured cost to the server "
                 "is above --overhead-budget.",
@@ -221,8 +261,9 @@ def agent_health(s: Settings) -> DashboardDef:
                 min=0,
             ),
             PanelDef(
-                "timeseries", "Kernels folded into other",
-                "Kernels per second folded into kernel=\"other\" because they fell outside the "
+                "timeseries",
+                "Kernels folded into other",
+                'Kernels per second folded into kernel="other" because they fell outside the '
                 "top-K by GPU time; a steady high rate means many small kernels.",
                 PER_SECOND,
                 (
@@ -241,6 +282,7 @@ def agent_health(s: Settings) -> DashboardDef:
 
 def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
     """What the agent costs the server it profiles (`warpwatch.overhead`), and its budget."""
+
     def a(metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
         return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
 
@@ -255,35 +297,48 @@ def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
     )
     return (
         PanelDef(
-            "stat", "Overhead budget used",
+            "stat",
+            "Overhead budget used",
             "The agent's estimated cost to the server over its --overhead-budget, now (1: at the budget). "
             f"Red from {bound:g}: alert WarpwatchSlowsServing once it stays there {s.overhead_rounds} "
             "capture periods.",
             COUNT,
-            (Query(f'{q.OVERHEAD_BUDGET_USED}{{namespace=~"$namespace", pod=~"$pod"}}', "{{pod}}",
-                   instant=True),),
-            width=6, height=8, thresholds=(("green", None), ("red", bound)),
+            (Query(f'{q.OVERHEAD_BUDGET_USED}{{namespace=~"$namespace", pod=~"$pod"}}', "{{pod}}", instant=True),),
+            width=6,
+            height=8,
+            thresholds=(("green", None), ("red", bound)),
         ),
         PanelDef(
-            "timeseries", "Cost to the server",
+            "timeseries",
+            "Cost to the server",
             "Estimated share of the profiled server's time the agent costs at the period in force (served "
             "slowdown inside windows or stop stall, per period; absent until measured), beside its "
             "--overhead-budget. Above the budget the agent stretches its period (*Capture window and period*).",
             PERCENT,
             (Query(a(md.OVERHEAD), "{{pod}} cost"), Query(a(md.OVERHEAD_BUDGET), "{{pod}} budget")),
-            width=6, height=8, min=0,
+            width=6,
+            height=8,
+            min=0,
         ),
         PanelDef(
-            "timeseries", "Capture stop stall",
+            "timeseries",
+            "Capture stop stall",
             "Seconds from asking a source to end its window until it answered (the engine writing its "
             "trace; a vLLM or SGLang worker serves nothing meanwhile), median and 99th percentile by source.",
-            SECONDS, stops, width=6, height=8, min=0,
+            SECONDS,
+            stops,
+            width=6,
+            height=8,
+            min=0,
         ),
         PanelDef(
-            "timeseries", "Served slowdown",
+            "timeseries",
+            "Served slowdown",
             "Mean inter-token latency the server reported inside capture windows over the mean outside "
             "them, minus 1, over the last rounds (vllm and sglang sources; absent until known).",
-            PERCENT, (Query(a(md.SERVED_SLOWDOWN), "{{pod}} {{source}}"),),
-            width=6, height=8,
+            PERCENT,
+            (Query(a(md.SERVED_SLOWDOWN), "{{pod}} {{source}}"),),
+            width=6,
+            height=8,
         ),
     )

@@ -62,16 +62,33 @@ class PanelDef:
     """Data links (title, URL) on every field of the panel."""
 
 
-def table_panel(title: str, description: str, cells: Sequence[tuple[str, str | None, str]], *, height: int,
-                keep_labels: tuple[str, ...], sort_by: str = "") -> PanelDef:
+def table_panel(
+    title: str,
+    description: str,
+    cells: Sequence[tuple[str, str | None, str]],
+    *,
+    height: int,
+    keep_labels: tuple[str, ...],
+    sort_by: str = "",
+) -> PanelDef:
     """A full-width table of instant queries, one value column per cell (expr, column title, unit).
     The columns are named by the refIds (A, B, C...) that the queries get in order, so the two
     cannot drift apart; a cell without a title (an info metric read for its labels) has no value
     column."""
     queries = tuple(Query(expr, instant=True, table=True) for expr, _, _ in cells)
     columns = tuple(Column(ref_id(i), name, unit) for i, (_, name, unit) in enumerate(cells) if name is not None)
-    return PanelDef("table", title, description, "none", queries, width=24, height=height, columns=columns,
-                    keep_labels=keep_labels, sort_by=sort_by)
+    return PanelDef(
+        "table",
+        title,
+        description,
+        "none",
+        queries,
+        width=24,
+        height=height,
+        columns=columns,
+        keep_labels=keep_labels,
+        sort_by=sort_by,
+    )
 
 
 Variable = Literal["namespace", "deployment", "pod", "gpu", "kernel"]
@@ -91,8 +108,7 @@ class VariableDef:
 
 VARIABLES: dict[str, VariableDef] = {
     "namespace": VariableDef("namespace", "Namespace", md.BUILD_INFO, "none"),
-    "deployment": VariableDef("deployment", "Deployment", md.GPU_OBSERVED_SECONDS, "none",
-                              level="fleet"),
+    "deployment": VariableDef("deployment", "Deployment", md.GPU_OBSERVED_SECONDS, "none", level="fleet"),
     "pod": VariableDef("pod", "Pod", md.BUILD_INFO, "none"),
     "gpu": VariableDef("gpu", "GPU", md.GPU_OBSERVED_SECONDS, "agent"),
     "kernel": VariableDef("kernel", "Kernel", md.KERNEL_SECONDS, "gpu"),
@@ -128,6 +144,7 @@ PERCENT = "percentunit"
 COUNT = "short"
 PER_SECOND = "cps"
 SECONDS = "s"
+
 
 def substitute_variables(expr: str) -> str:
     """`expr` with Grafana's variables replaced by `DASHBOARD_VARIABLE_DEFAULTS` (plain PromQL)."""

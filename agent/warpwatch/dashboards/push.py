@@ -59,13 +59,9 @@ class GrafanaClient:
     def __post_init__(self) -> None:
         parsed = urllib.parse.urlparse(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ConfigError(
-                f"--grafana-url {self.base_url!r} is not an http(s) URL such as http://grafana:3000"
-            )
+            raise ConfigError(f"--grafana-url {self.base_url!r} is not an http(s) URL such as http://grafana:3000")
 
-    def request(
-        self, method: str, path: str, body: Any = None, *, accept: tuple[int, ...] = ()
-    ) -> tuple[int, Any]:
+    def request(self, method: str, path: str, body: Any = None, *, accept: tuple[int, ...] = ()) -> tuple[int, Any]:
         """Send one request; return (status, decoded JSON). Error statuses not in `accept` raise."""
         data = None if body is None else json.dumps(body, sort_keys=True).encode()
         req = urllib.request.Request(self.base_url.rstrip("/") + path, data=data, method=method)
@@ -122,12 +118,16 @@ def push_dashboard(client: GrafanaClient, board: Mapping[str, Any], folder_uid: 
         same_folder = current.get("meta", {}).get("folderUid") == folder_uid
         if same_folder and _comparable(current.get("dashboard", {})) == _comparable(board):
             return f"dashboard {uid}: unchanged"
-    _, saved = client.request("POST", "/api/dashboards/db", {
-        "dashboard": {**board, "id": None},
-        "folderUid": folder_uid,
-        "overwrite": True,
-        "message": PUSH_MESSAGE,
-    })
+    _, saved = client.request(
+        "POST",
+        "/api/dashboards/db",
+        {
+            "dashboard": {**board, "id": None},
+            "folderUid": folder_uid,
+            "overwrite": True,
+            "message": PUSH_MESSAGE,
+        },
+    )
     version = saved.get("version") if isinstance(saved, dict) else None
     verb = "created" if status == 404 else "updated"
     return f"dashboard {uid}: {verb} (version {version})"
@@ -135,8 +135,9 @@ def push_dashboard(client: GrafanaClient, board: Mapping[str, Any], folder_uid: 
 
 def push_alert_rule(client: GrafanaClient, rule: Mapping[str, Any]) -> str:
     uid = str(rule["uid"])
-    status, _ = client.request("PUT", f"/api/v1/provisioning/alert-rules/{urllib.parse.quote(uid)}", rule,
-                               accept=(404,))
+    status, _ = client.request(
+        "PUT", f"/api/v1/provisioning/alert-rules/{urllib.parse.quote(uid)}", rule, accept=(404,)
+    )
     if status != 404:
         return f"alert rule {uid}: updated"
     client.request("POST", "/api/v1/provisioning/alert-rules", rule)

@@ -107,13 +107,19 @@ GROUP_FLEET = "warpwatch-fleet"
 GROUPS_RECORDING = (GROUP_POD, GROUP_FLEET)
 
 GPU_RATES: tuple[md.MetricDef, ...] = (
-    md.GPU_OBSERVED_SECONDS, md.GPU_BUSY_SECONDS, md.GPU_RESIDENT_WARPS_SECONDS, md.GPU_EMPTY_SECONDS,
-    md.GPU_LOW_CONFIDENCE_SECONDS, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS,
+    md.GPU_OBSERVED_SECONDS,
+    md.GPU_BUSY_SECONDS,
+    md.GPU_RESIDENT_WARPS_SECONDS,
+    md.GPU_EMPTY_SECONDS,
+    md.GPU_LOW_CONFIDENCE_SECONDS,
+    md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS,
 )
 """Rates recorded per GPU (tier 1: `pod_gpu:`); the kernels' estimated-occupancy seconds summed over
 kernels are the GPU's occupancy numerator."""
 KERNEL_RATES: tuple[md.MetricDef, ...] = (
-    md.KERNEL_SECONDS, md.KERNEL_LAUNCHES_ESTIMATED, *MEAN_COUNTERS.values(),
+    md.KERNEL_SECONDS,
+    md.KERNEL_LAUNCHES_ESTIMATED,
+    *MEAN_COUNTERS.values(),
 )
 """Rates recorded per pod and kernel (tier 1: `pod_kernel:`, the pod's GPUs summed)."""
 
@@ -150,8 +156,12 @@ def overhead_budget_used(s: Settings) -> RecordingDef:
     """The agent's cost over its budget, per pod (`max`: a pod scraped by two jobs counts once)."""
     by = _labels(pod_labels(s))
     cost, budget = series(md.OVERHEAD, s.selector), series(md.OVERHEAD_BUDGET, s.selector)
-    return RecordingDef(OVERHEAD_BUDGET_USED, f"max by ({by}) ({cost})\n  / max by ({by}) ({budget})",
-                        "the agent's estimated cost to the server over its --overhead-budget", GROUP_POD)
+    return RecordingDef(
+        OVERHEAD_BUDGET_USED,
+        f"max by ({by}) ({cost})\n  / max by ({by}) ({budget})",
+        "the agent's estimated cost to the server over its --overhead-budget",
+        GROUP_POD,
+    )
 
 
 def pod_kernel_labels(s: Settings) -> tuple[str, ...]:
@@ -160,6 +170,7 @@ def pod_kernel_labels(s: Settings) -> tuple[str, ...]:
 
 def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
     """Tier 1 from raw series, tier 2 from tier 1, then the fleet ratios (module section above)."""
+
     def sel(metric: md.MetricDef) -> str:
         return series(metric, s.selector)
 
@@ -167,56 +178,93 @@ def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
     fleet = s.fleet
     on = _labels(fleet)
     out = [
-        RecordingDef(rate_record(s, m, "pod_gpu"), rate_sum(sel, m, w, pod_gpu_labels(s)),
-                     f"rate of {md.exposed_name(m)} per GPU", GROUP_POD)
+        RecordingDef(
+            rate_record(s, m, "pod_gpu"),
+            rate_sum(sel, m, w, pod_gpu_labels(s)),
+            f"rate of {md.exposed_name(m)} per GPU",
+            GROUP_POD,
+        )
         for m in GPU_RATES
     ]
     out += [
-        RecordingDef(rate_record(s, m, "pod_kernel"), rate_sum(sel, m, w, pod_kernel_labels(s)),
-                     f"rate of {md.exposed_name(m)} per pod and kernel", GROUP_POD)
+        RecordingDef(
+            rate_record(s, m, "pod_kernel"),
+            rate_sum(sel, m, w, pod_kernel_labels(s)),
+            f"rate of {md.exposed_name(m)} per pod and kernel",
+            GROUP_POD,
+        )
         for m in KERNEL_RATES
     ]
     out.append(overhead_budget_used(s))
     out += [
-        RecordingDef(rate_record(s, m, "fleet"), f"sum by ({on}) ({rate_record(s, m, 'pod_gpu')})",
-                     f"rate of {md.exposed_name(m)} summed by {on}", GROUP_FLEET)
+        RecordingDef(
+            rate_record(s, m, "fleet"),
+            f"sum by ({on}) ({rate_record(s, m, 'pod_gpu')})",
+            f"rate of {md.exposed_name(m)} summed by {on}",
+            GROUP_FLEET,
+        )
         for m in GPU_RATES
     ]
     out += [
-        RecordingDef(rate_record(s, m, "fleet_kernel"),
-                     f"sum by ({on}, kernel) ({rate_record(s, m, 'pod_kernel')})",
-                     f"rate of {md.exposed_name(m)} summed by {on}, kernel", GROUP_FLEET)
+        RecordingDef(
+            rate_record(s, m, "fleet_kernel"),
+            f"sum by ({on}, kernel) ({rate_record(s, m, 'pod_kernel')})",
+            f"rate of {md.exposed_name(m)} summed by {on}, kernel",
+            GROUP_FLEET,
+        )
         for m in KERNEL_RATES
     ]
     observed = rate_record(s, md.GPU_OBSERVED_SECONDS, "fleet")
     kernel_seconds = rate_record(s, md.KERNEL_SECONDS, "fleet_kernel")
     out += [
-        RecordingDef(f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}",
-                     f"{kernel_seconds}\n  / on ({on}) group_left\n{observed}",
-                     "share of the fleet's observed GPU time spent in each kernel", GROUP_FLEET),
-        RecordingDef(f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}",
-                     f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'fleet_kernel')}\n  / {kernel_seconds}",
-                     "each kernel's duration-weighted mean estimated occupancy over the fleet", GROUP_FLEET),
-        RecordingDef(f"fleet:warpwatch_gpu_busy:ratio_rate{w}",
-                     f"{rate_record(s, md.GPU_BUSY_SECONDS, 'fleet')}\n  / {observed}",
-                     "busy share of the fleet's observed GPU time", GROUP_FLEET),
-        RecordingDef(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}",
-                     f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'fleet')}\n  / {observed}",
-                     "time-averaged estimated occupancy of the fleet's GPUs", GROUP_FLEET),
+        RecordingDef(
+            f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}",
+            f"{kernel_seconds}\n  / on ({on}) group_left\n{observed}",
+            "share of the fleet's observed GPU time spent in each kernel",
+            GROUP_FLEET,
+        ),
+        RecordingDef(
+            f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}",
+            f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'fleet_kernel')}\n  / {kernel_seconds}",
+            "each kernel's duration-weighted mean estimated occupancy over the fleet",
+            GROUP_FLEET,
+        ),
+        RecordingDef(
+            f"fleet:warpwatch_gpu_busy:ratio_rate{w}",
+            f"{rate_record(s, md.GPU_BUSY_SECONDS, 'fleet')}\n  / {observed}",
+            "busy share of the fleet's observed GPU time",
+            GROUP_FLEET,
+        ),
+        RecordingDef(
+            f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}",
+            f"{rate_record(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'fleet')}\n  / {observed}",
+            "time-averaged estimated occupancy of the fleet's GPUs",
+            GROUP_FLEET,
+        ),
     ]
     return tuple(out)
 
 
-def record_ratio(s: Settings, num: md.MetricDef, num_level: Level, den: md.MetricDef, den_level: Level,
-                 matchers: Sequence[str], rng: str = "", on: Sequence[str] = (),
-                 den_by: Sequence[str] = ()) -> str:
+def record_ratio(
+    s: Settings,
+    num: md.MetricDef,
+    num_level: Level,
+    den: md.MetricDef,
+    den_level: Level,
+    matchers: Sequence[str],
+    rng: str = "",
+    on: Sequence[str] = (),
+    den_by: Sequence[str] = (),
+) -> str:
     """Recorded rate of `num` over recorded rate of `den` (panels and alerts read the tiers, not raw
     series). With `rng`, both are averaged over it first (the mean of a rate over a range is the rate
     over that range). `on`: the denominator's labels, where the numerator has more (`kernel`);
     `den_by`: sum the denominator by these first (a pod's GPUs together)."""
+
     def side(metric: md.MetricDef, level: Level) -> str:
         sel = record_series(s, metric, level, *matchers)
         return f"avg_over_time({sel}[{rng}])" if rng else sel
+
     n, d = side(num, num_level), side(den, den_level)
     if den_by:
         d = f"sum by ({_labels(den_by)}) ({d})"

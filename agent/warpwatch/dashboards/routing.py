@@ -29,13 +29,17 @@ def alertmanager_config(s: Settings, webhook_url: str = "http://alert-receiver.e
             "group_wait": "30s",
             "group_interval": "5m",
             "repeat_interval": "4h",
-            "routes": [{"receiver": RECEIVER, "matchers": ['alertname=~"Warpwatch.*"'],
-                        "group_by": list(NOTIFY_GROUP_BY)}],
+            "routes": [
+                {"receiver": RECEIVER, "matchers": ['alertname=~"Warpwatch.*"'], "group_by": list(NOTIFY_GROUP_BY)}
+            ],
         },
         "receivers": [{"name": RECEIVER, "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
         "inhibit_rules": [
-            {"source_matchers": [f'alertname="{source}"'], "target_matchers": [f'alertname="{target}"'],
-             "equal": list(equal)}
+            {
+                "source_matchers": [f'alertname="{source}"'],
+                "target_matchers": [f'alertname="{target}"'],
+                "equal": list(equal),
+            }
             for source, target, equal in INHIBITIONS
         ],
     }

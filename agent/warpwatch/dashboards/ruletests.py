@@ -48,15 +48,20 @@ def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     quiet_kinds = [k for k in ARTIFACT_KINDS if k not in ALERTED_ARTIFACTS]
 
     def inputs(kinds: list[str] | tuple[str, ...], values: str) -> tuple[tuple[str, str], ...]:
-        return tuple((input_series(md.PROFILER_ARTIFACTS, {**base, **place, "artifact": kind}), values)
-                     for kind in kinds for place in places)
+        return tuple(
+            (input_series(md.PROFILER_ARTIFACTS, {**base, **place, "artifact": kind}), values)
+            for kind in kinds
+            for place in places
+        )
 
     return [
         Scenario(
             "every alerted kind increasing on two kernels and GPUs fires once per pod and kind "
             "(not before the for-duration)",
             inputs(ALERTED_ARTIFACTS, counter(0, per_min, t + 1)),
-            t, fires, silent_at=(hold,) if hold > 1 else (),
+            t,
+            fires,
+            silent_at=(hold,) if hold > 1 else (),
         ),
         Scenario(
             "near miss: alerted kinds flat, non-alerted kinds increasing",
@@ -98,11 +103,14 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
     def seconds(per_min: float, missing: int = 0) -> tuple[str, str]:
         return (input_series(md.KERNEL_SECONDS, labels), ramp((per_min, n - 1 - missing), missing=missing))
 
-    def dropping(metric: md.MetricDef, level: float, factor: float, per_min: float = kernel_per_min,
-                 missing: int = 0) -> tuple[str, str]:
+    def dropping(
+        metric: md.MetricDef, level: float, factor: float, per_min: float = kernel_per_min, missing: int = 0
+    ) -> tuple[str, str]:
         before = drop_at - missing
-        return (input_series(metric, labels),
-                ramp((level * per_min, before - 1), (level * factor * per_min, n - drop_at), missing=missing))
+        return (
+            input_series(metric, labels),
+            ramp((level * per_min, before - 1), (level * factor * per_min, n - drop_at), missing=missing),
+        )
 
     observed = (input_series(md.GPU_OBSERVED_SECONDS, gpu), ramp((60, n - 1)))
     est, res = md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS
@@ -115,33 +123,61 @@ def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) 
     quiet_busy = (input_series(md.GPU_BUSY_SECONDS, gpu), ramp((quiet_per_min, n - 1)))
     if per_gpu:
         return [
-            Scenario("the GPU's occupancy drops: one alert for the GPU, value = now / baseline",
-                     (dropping(est, occ, low), seconds(kernel_per_min), observed, busy), t, (Firing(fired, low),)),
-            Scenario("near miss: a drop that stays above the bound",
-                     (dropping(est, occ, near), seconds(kernel_per_min), observed, busy), t),
-            Scenario("near miss: the GPU is busy too little",
-                     (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed, quiet_busy), t),
-            Scenario("near miss: one sample too few in the baseline",
-                     (dropping(est, occ, low, missing=start), seconds(kernel_per_min, missing=start),
-                      (observed[0], ramp((60, n - 1 - start), missing=start)), busy), t),
+            Scenario(
+                "the GPU's occupancy drops: one alert for the GPU, value = now / baseline",
+                (dropping(est, occ, low), seconds(kernel_per_min), observed, busy),
+                t,
+                (Firing(fired, low),),
+            ),
+            Scenario(
+                "near miss: a drop that stays above the bound",
+                (dropping(est, occ, near), seconds(kernel_per_min), observed, busy),
+                t,
+            ),
+            Scenario(
+                "near miss: the GPU is busy too little",
+                (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed, quiet_busy),
+                t,
+            ),
+            Scenario(
+                "near miss: one sample too few in the baseline",
+                (
+                    dropping(est, occ, low, missing=start),
+                    seconds(kernel_per_min, missing=start),
+                    (observed[0], ramp((60, n - 1 - start), missing=start)),
+                    busy,
+                ),
+                t,
+            ),
         ]
     return [
         Scenario(
             "occupancy and resident warps both drop: one alert per deployment and kernel, value = now / baseline",
             (dropping(est, occ, low), dropping(res, warps, low), seconds(kernel_per_min), observed),
-            t, (Firing(fired, low),),
+            t,
+            (Firing(fired, low),),
         ),
         Scenario(
             "resident warps drop where occupancy is unknown",
             (dropping(res, warps, low), seconds(kernel_per_min), observed),
-            t, (Firing(fired, low),),
+            t,
+            (Firing(fired, low),),
         ),
-        Scenario("near miss: a drop that stays above the bound",
-                 (dropping(est, occ, near), seconds(kernel_per_min), observed), t),
-        Scenario("near miss: the kernel takes too little time",
-                 (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed), t),
-        Scenario("near miss: one sample too few in the baseline",
-                 (dropping(est, occ, low, missing=start), seconds(kernel_per_min, missing=start), observed), t),
+        Scenario(
+            "near miss: a drop that stays above the bound",
+            (dropping(est, occ, near), seconds(kernel_per_min), observed),
+            t,
+        ),
+        Scenario(
+            "near miss: the kernel takes too little time",
+            (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed),
+            t,
+        ),
+        Scenario(
+            "near miss: one sample too few in the baseline",
+            (dropping(est, occ, low, missing=start), seconds(kernel_per_min, missing=start), observed),
+            t,
+        ),
     ]
 
 
@@ -154,13 +190,19 @@ def _nvml_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     ours = 0.8
     far = round(max(0.0, ours - 1.6 * s.nvml_max_difference), 6)
     close = round(ours - 0.8 * s.nvml_max_difference, 6)
-    est = tuple((input_series(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, {**labels, "kernel": k}), ramp((v, t)))
-                for k, v in (("gemm", 30), ("attn", 18)))
+    est = tuple(
+        (input_series(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, {**labels, "kernel": k}), ramp((v, t)))
+        for k, v in (("gemm", 30), ("attn", 18))
+    )
     observed = (input_series(md.GPU_OBSERVED_SECONDS, labels), ramp((60, t)))
     nvml = input_series(md.NVML_SM_OCCUPANCY, labels)
     return [
-        Scenario("estimate far above NVML", (*est, observed, (nvml, gauge((far, t + 1)))), t,
-                 (Firing(fired, abs(ours - far)),)),
+        Scenario(
+            "estimate far above NVML",
+            (*est, observed, (nvml, gauge((far, t + 1)))),
+            t,
+            (Firing(fired, abs(ours - far)),),
+        ),
         Scenario("near miss: within the bound", (*est, observed, (nvml, gauge((close, t + 1)))), t),
         Scenario("near miss: no NVML GPM on this GPU", (*est, observed), t),
     ]
@@ -179,14 +221,23 @@ def _short_window_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     near = round(s.short_max_nvml_gap / 2, 6)
     busy_series = ((busy, ramp((30, t))), (observed, ramp((60, t))))  # busy 0.5
     return [
-        Scenario("one long captured kernel in the last half hour",
-                 ((ratio, gauge((short_ratio, t - 20), (long_ratio, 1), (short_ratio, 20))),), t,
-                 (Firing({**fired, "evidence": "long_kernels"}, long_ratio),)),
-        Scenario("NVML utilisation well above the estimated busy ratio",
-                 ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + gap, t + 1)))), t,
-                 (Firing({**fired, "evidence": "nvml_busier"}, gap),)),
-        Scenario("near miss: short kernels only, NVML close to the estimate",
-                 ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + near, t + 1)))), t),
+        Scenario(
+            "one long captured kernel in the last half hour",
+            ((ratio, gauge((short_ratio, t - 20), (long_ratio, 1), (short_ratio, 20))),),
+            t,
+            (Firing({**fired, "evidence": "long_kernels"}, long_ratio),),
+        ),
+        Scenario(
+            "NVML utilisation well above the estimated busy ratio",
+            ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + gap, t + 1)))),
+            t,
+            (Firing({**fired, "evidence": "nvml_busier"}, gap),),
+        ),
+        Scenario(
+            "near miss: short kernels only, NVML close to the estimate",
+            ((ratio, gauge((short_ratio, t + 1))), *busy_series, (util, gauge((0.5 + near, t + 1)))),
+            t,
+        ),
     ]
 
 
@@ -199,15 +250,27 @@ def _stale_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     periods = input_series(md.CAPTURE_PERIOD, labels)
     almost = t * STEP_S - bound + 30  # age at t: bound - 30 s
     return [
-        Scenario("last window at time 0, never again",
-                 ((metric, gauge((0, t + 1))), (periods, gauge((period, t + 1)))), t,
-                 (Firing(labels, t * STEP_S),)),
-        Scenario("near miss: last window just inside the bound",
-                 ((metric, gauge((almost, t + 1))), (periods, gauge((period, t + 1)))), t),
-        Scenario("near miss: the same age is fine for an agent with a longer period",
-                 ((metric, gauge((0, t + 1))), (periods, gauge((t * STEP_S, t + 1)))), t),
-        Scenario("near miss: a window every minute",
-                 ((metric, counter(0, STEP_S, t + 1)), (periods, gauge((period, t + 1)))), t),
+        Scenario(
+            "last window at time 0, never again",
+            ((metric, gauge((0, t + 1))), (periods, gauge((period, t + 1)))),
+            t,
+            (Firing(labels, t * STEP_S),),
+        ),
+        Scenario(
+            "near miss: last window just inside the bound",
+            ((metric, gauge((almost, t + 1))), (periods, gauge((period, t + 1)))),
+            t,
+        ),
+        Scenario(
+            "near miss: the same age is fine for an agent with a longer period",
+            ((metric, gauge((0, t + 1))), (periods, gauge((t * STEP_S, t + 1)))),
+            t,
+        ),
+        Scenario(
+            "near miss: a window every minute",
+            ((metric, counter(0, STEP_S, t + 1)), (periods, gauge((period, t + 1)))),
+            t,
+        ),
     ]
 
 
@@ -221,13 +284,18 @@ def _failing_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     share = round(s.failing_ratio * 0.8, 2)
     bad = round(100 * share)
     return [
-        Scenario("every window fails or times out",
-                 (outcome("ok", 0), outcome("failed", 1), outcome("timed_out", 1)), t,
-                 (Firing(labels, 1.0),)),
-        Scenario("near miss: some windows fail, below the bound",
-                 (outcome("ok", 100 - bad), outcome("failed", bad), outcome("timed_out", 0)), t),
-        Scenario("near miss: no windows at all (NoRecentWindow's case)",
-                 (outcome("ok", 0), outcome("failed", 0)), t),
+        Scenario(
+            "every window fails or times out",
+            (outcome("ok", 0), outcome("failed", 1), outcome("timed_out", 1)),
+            t,
+            (Firing(labels, 1.0),),
+        ),
+        Scenario(
+            "near miss: some windows fail, below the bound",
+            (outcome("ok", 100 - bad), outcome("failed", bad), outcome("timed_out", 0)),
+            t,
+        ),
+        Scenario("near miss: no windows at all (NoRecentWindow's case)", (outcome("ok", 0), outcome("failed", 0)), t),
     ]
 
 
@@ -238,8 +306,7 @@ def _duty_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
     high = round(s.max_capture_duty * 2, 6)
     return [
         Scenario("duty twice the bound", ((metric, gauge((high, t + 1))),), t, (Firing(labels, high),)),
-        Scenario("near miss: just under the bound",
-                 ((metric, gauge((round(s.max_capture_duty * 0.9, 6), t + 1))),), t),
+        Scenario("near miss: just under the bound", ((metric, gauge((round(s.max_capture_duty * 0.9, 6), t + 1))),), t),
     ]
 
 
@@ -273,9 +340,7 @@ def _expected(alert: AlertDef, s: Settings, firing: Firing) -> dict[str, Any]:
     labels = dict(firing.labels)
     return {
         "exp_labels": {**labels, "severity": alert.severity},
-        "exp_annotations": {
-            k: render_template(v, labels, firing.value) for k, v in _annotations(alert, s).items()
-        },
+        "exp_annotations": {k: render_template(v, labels, firing.value) for k, v in _annotations(alert, s).items()},
     }
 
 
@@ -287,21 +352,29 @@ def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
             {"eval_time": format_duration(minute * STEP_S), "alertname": alert.name, "exp_alerts": []}
             for minute in sc.silent_at
         ]
-        checks.append({
-            "eval_time": format_duration(sc.eval_min * STEP_S),
-            "alertname": alert.name,
-            "exp_alerts": [_expected(alert, s, f) for f in sc.fires],
-        })
-        tests.append({
-            "name": f"{alert.name}: {sc.name}",
-            "interval": format_duration(STEP_S),
-            "input_series": [{"series": name, "values": values} for name, values in sc.series],
-            "alert_rule_test": checks,
-        })
+        checks.append(
+            {
+                "eval_time": format_duration(sc.eval_min * STEP_S),
+                "alertname": alert.name,
+                "exp_alerts": [_expected(alert, s, f) for f in sc.fires],
+            }
+        )
+        tests.append(
+            {
+                "name": f"{alert.name}: {sc.name}",
+                "interval": format_duration(STEP_S),
+                "input_series": [{"series": name, "values": values} for name, values in sc.series],
+                "alert_rule_test": checks,
+            }
+        )
     tests.append(recording_test(s))
     tests.append(overhead_recording_test(s))
     # Records first, then the alerts that read them: at each step an alert sees that step's records
     # (without an order promtool picks one at random per test, and an alert may lag its record a step).
     order = [*q.GROUPS_RECORDING, *GROUPS]
-    return {"rule_files": [rule_file], "evaluation_interval": format_duration(STEP_S),
-            "group_eval_order": order, "tests": tests}
+    return {
+        "rule_files": [rule_file],
+        "evaluation_interval": format_duration(STEP_S),
+        "group_eval_order": order,
+        "tests": tests,
+    }

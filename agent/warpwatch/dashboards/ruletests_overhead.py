@@ -52,17 +52,28 @@ def slows_serving_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
         Scenario(
             f"the cost rises above the budget and stays: fires after {hold} rounds, for the agent over its "
             "own budget only (the other has a larger one)",
-            (_series(s, md.OVERHEAD, pod, rising), _budget(s, pod, n), _series(s, md.OVERHEAD, other, rising),
-             _budget(s, other, n, round(over * 1.2, 9))),
-            t, (Firing(_fired(s, pod), over / BUDGET),), silent_at=(rise + hold - 1,),
+            (
+                _series(s, md.OVERHEAD, pod, rising),
+                _budget(s, pod, n),
+                _series(s, md.OVERHEAD, other, rising),
+                _budget(s, other, n, round(over * 1.2, 9)),
+            ),
+            t,
+            (Firing(_fired(s, pod), over / BUDGET),),
+            silent_at=(rise + hold - 1,),
         ),
         Scenario(
             f"near miss: above the budget in {hold} successive rounds, then under it, repeatedly (seen above "
             f"for {hold - 1} rounds, short of the for-duration)",
-            (_series(s, md.OVERHEAD, pod, dipping), _budget(s, pod, n)), t, silent_at=tuple(range(1, t)),
+            (_series(s, md.OVERHEAD, pod, dipping), _budget(s, pod, n)),
+            t,
+            silent_at=tuple(range(1, t)),
         ),
-        Scenario("near miss: above the budget, within the tolerance the agent rests in",
-                 (_series(s, md.OVERHEAD, pod, gauge((inside, n))), _budget(s, pod, n)), t),
+        Scenario(
+            "near miss: above the budget, within the tolerance the agent rests in",
+            (_series(s, md.OVERHEAD, pod, gauge((inside, n))), _budget(s, pod, n)),
+            t,
+        ),
         Scenario("near miss: nothing measured yet (no cost gauge)", (_budget(s, pod, n),), t),
     ]
 
@@ -77,12 +88,17 @@ def overhead_recording_test(s: Settings) -> dict[str, Any]:
         "interval": format_duration(STEP_S),
         "input_series": [
             {"series": series, "values": values}
-            for series, values in (_series(s, md.OVERHEAD, pod, gauge((0.015, steps + 1))), _budget(s, pod, steps + 1),
-                                   _budget(s, "llm-1", steps + 1, 0.02))
+            for series, values in (
+                _series(s, md.OVERHEAD, pod, gauge((0.015, steps + 1))),
+                _budget(s, pod, steps + 1),
+                _budget(s, "llm-1", steps + 1, 0.02),
+            )
         ],
-        "promql_expr_test": [{
-            "expr": f"round({q.OVERHEAD_BUDGET_USED} * 1e6)",
-            "eval_time": format_duration(steps * STEP_S),
-            "exp_samples": [{"labels": f"{{{inner}}}", "value": round(0.015 / BUDGET * 1e6)}],
-        }],
+        "promql_expr_test": [
+            {
+                "expr": f"round({q.OVERHEAD_BUDGET_USED} * 1e6)",
+                "eval_time": format_duration(steps * STEP_S),
+                "exp_samples": [{"labels": f"{{{inner}}}", "value": round(0.015 / BUDGET * 1e6)}],
+            }
+        ],
     }

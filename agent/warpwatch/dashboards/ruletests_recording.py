@@ -23,36 +23,59 @@ def recording_test(s: Settings) -> dict[str, Any]:
     minutes = 10
     rows: list[tuple[md.MetricDef, dict[str, str], float]] = []
     for pod, observed, gemm, busy, occ in (("a", 60, 30, 45, 0.5), ("b", 30, 6, 15, 0.25)):
-        labels = {**selector_labels(s), **AGENT, **SCRAPE, "pod": f"llm-{pod}", "gpu": "0",
-                  "instance": f"10.0.0.{ord(pod)}:9946"}
+        labels = {
+            **selector_labels(s),
+            **AGENT,
+            **SCRAPE,
+            "pod": f"llm-{pod}",
+            "gpu": "0",
+            "instance": f"10.0.0.{ord(pod)}:9946",
+        }
         kernel = {**labels, "kernel": "gemm"}
-        rows += [(md.GPU_OBSERVED_SECONDS, labels, observed), (md.GPU_BUSY_SECONDS, labels, busy),
-                 (md.KERNEL_SECONDS, kernel, gemm), (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, kernel, gemm * occ)]
+        rows += [
+            (md.GPU_OBSERVED_SECONDS, labels, observed),
+            (md.GPU_BUSY_SECONDS, labels, busy),
+            (md.KERNEL_SECONDS, kernel, gemm),
+            (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, kernel, gemm * occ),
+        ]
     w = s.recording_window
 
     def expect(record: str, labels: Mapping[str, str], value: float) -> dict[str, Any]:
         """The recorded value in millionths, rounded (floats of rates do not compare exactly)."""
         inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        return {"expr": f"round({record} * 1e6)", "eval_time": format_duration(minutes * STEP_S),
-                "exp_samples": [{"labels": f"{{{inner}}}", "value": round(value * 1e6)}]}
+        return {
+            "expr": f"round({record} * 1e6)",
+            "eval_time": format_duration(minutes * STEP_S),
+            "exp_samples": [{"labels": f"{{{inner}}}", "value": round(value * 1e6)}],
+        }
 
     kernel_fleet = {**fleet, "kernel": "gemm"}
     return {
         "name": "recording rules: per pod from raw series, fleet from those; sums of rates over sums of rates",
         "interval": format_duration(STEP_S),
-        "input_series": [{"series": input_series(m, labels), "values": ramp((per_min, minutes))}
-                         for m, labels, per_min in rows],
+        "input_series": [
+            {"series": input_series(m, labels), "values": ramp((per_min, minutes))} for m, labels, per_min in rows
+        ],
         "promql_expr_test": [
-            expect(f'{q.rate_record(s, md.GPU_OBSERVED_SECONDS, "pod_gpu")}{{pod="llm-a"}}',
-                   {**fleet, "pod": "llm-a", "gpu": "0"}, 60 / 60),
-            expect(f'{q.rate_record(s, md.KERNEL_SECONDS, "pod_kernel")}{{pod="llm-b"}}',
-                   {**fleet, "pod": "llm-b", "kernel": "gemm"}, 6 / 60),
+            expect(
+                f'{q.rate_record(s, md.GPU_OBSERVED_SECONDS, "pod_gpu")}{{pod="llm-a"}}',
+                {**fleet, "pod": "llm-a", "gpu": "0"},
+                60 / 60,
+            ),
+            expect(
+                f'{q.rate_record(s, md.KERNEL_SECONDS, "pod_kernel")}{{pod="llm-b"}}',
+                {**fleet, "pod": "llm-b", "kernel": "gemm"},
+                6 / 60,
+            ),
             expect(q.rate_record(s, md.GPU_OBSERVED_SECONDS, "fleet"), fleet, 90 / 60),
             expect(q.rate_record(s, md.KERNEL_SECONDS, "fleet_kernel"), kernel_fleet, 36 / 60),
             expect(f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}", kernel_fleet, 36 / 90),
             expect(f"fleet:warpwatch_gpu_busy:ratio_rate{w}", fleet, 60 / 90),
-            expect(f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}", kernel_fleet,
-                   (30 * 0.5 + 6 * 0.25) / 36),
+            expect(
+                f"fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate{w}",
+                kernel_fleet,
+                (30 * 0.5 + 6 * 0.25) / 36,
+            ),
             expect(f"fleet:warpwatch_gpu_estimated_occupancy:ratio_rate{w}", fleet, (30 * 0.5 + 6 * 0.25) / 90),
         ],
     }

@@ -46,7 +46,6 @@ def format_duration(seconds: float) -> str:
     return out
 
 
-
 # --------------------------------------------------------------------------------------------
 # Settings
 
@@ -144,8 +143,10 @@ class Settings:
             if not low < value < high:
                 raise ConfigError(f"setting {name}={value}: must lie strictly between {low} and {high}")
         if duration_seconds(self.recording_window) < 2 * duration_seconds(self.capture_period):
-            raise ConfigError(f"setting recording_window={self.recording_window}: must span at least two "
-                              f"capture periods (capture_period={self.capture_period})")
+            raise ConfigError(
+                f"setting recording_window={self.recording_window}: must span at least two "
+                f"capture periods (capture_period={self.capture_period})"
+            )
         for label in self.fleet:
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label):
                 raise ConfigError(f"setting fleet_labels={self.fleet_labels!r}: {label!r} is not a label name")
@@ -259,7 +260,9 @@ def dashboard_series(s: Settings, metric: md.MetricDef, scope: Scope, *extra: st
     """A selector for panels: base selector, the dashboard variables of `scope` (the `gpu` and
     `kernel` ones only where the metric has that label: a GPU's observed seconds divide every
     kernel's, whichever kernel is selected), then `extra`."""
-    scoped = [m for m in _SCOPE_MATCHERS[scope]
-              if m.split("=")[0] not in ("gpu", "kernel") or m.split("=")[0] in metric.labels]
+    scoped = [
+        m
+        for m in _SCOPE_MATCHERS[scope]
+        if m.split("=")[0] not in ("gpu", "kernel") or m.split("=")[0] in metric.labels
+    ]
     return series(metric, s.selector, *scoped, *extra, suffix=suffix)
-

@@ -76,8 +76,11 @@ class KeepRule:
             return Verdict("degraded", degraded)
         if any(d.low_confidence for d in analysis.devices):
             return Verdict("low_confidence")
-        if self.last_baseline is None or now - self.last_baseline >= self.baseline_interval_s \
-                or now < self.last_baseline:
+        if (
+            self.last_baseline is None
+            or now - self.last_baseline >= self.baseline_interval_s
+            or now < self.last_baseline
+        ):
             self.last_baseline = now
             return Verdict("baseline")
         return Verdict(None)

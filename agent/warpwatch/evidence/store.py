@@ -74,8 +74,7 @@ def is_id(text: str) -> bool:
 class EvidenceStore:
     """The folder (module doc). Thread-safe: one round keeps while HTTP requests list and read."""
 
-    def __init__(self, folder: Path, max_bytes: int, max_files: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, folder: Path, max_bytes: int, max_files: int, clock: Callable[[], float] = time.time) -> None:
         self.folder = folder
         self.max_bytes = max_bytes
         self.max_files = max_files
@@ -191,8 +190,9 @@ class EvidenceStore:
             del self._kept[oldest.id]
             used -= oldest.bytes
         if incoming > self.max_bytes or files > self.max_files:
-            raise EvidenceError("too_large", f"a window of more than {self.max_bytes} bytes compressed "
-                                "does not fit in --evidence-bytes")
+            raise EvidenceError(
+                "too_large", f"a window of more than {self.max_bytes} bytes compressed does not fit in --evidence-bytes"
+            )
 
 
 def _refuse_known_too_large(source: Path, max_bytes: int) -> None:
@@ -201,8 +201,9 @@ def _refuse_known_too_large(source: Path, max_bytes: int) -> None:
     with source.open("rb") as f:
         gz = f.read(len(GZIP_MAGIC)) == GZIP_MAGIC
     if gz and source.stat().st_size > max_bytes:
-        raise EvidenceError("too_large", f"a trace of {source.stat().st_size} bytes does not fit in --evidence-bytes "
-                            f"({max_bytes})")
+        raise EvidenceError(
+            "too_large", f"a trace of {source.stat().st_size} bytes does not fit in --evidence-bytes ({max_bytes})"
+        )
 
 
 class _Bounded:

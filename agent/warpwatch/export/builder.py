@@ -53,8 +53,19 @@ from .seriesbound import ABSENT_ROUNDS, MAX_COUNTER_SERIES, GpuBound
 from .snapshot import GpuInfo, HistogramState, NvmlSample, Sample, Snapshot, SnapshotCollector, gpu_info
 
 __all__ = [
-    "FAULTS", "MAX_COUNTER_SERIES", "MAX_GPUS", "OTHER", "OUTCOMES", "Fault", "GpuInfo", "HistogramState",
-    "NvmlSample", "Snapshot", "SnapshotBuilder", "SnapshotCollector", "WindowResult",
+    "FAULTS",
+    "MAX_COUNTER_SERIES",
+    "MAX_GPUS",
+    "OTHER",
+    "OUTCOMES",
+    "Fault",
+    "GpuInfo",
+    "HistogramState",
+    "NvmlSample",
+    "Snapshot",
+    "SnapshotBuilder",
+    "SnapshotCollector",
+    "WindowResult",
 ]
 log = logging.getLogger("warpwatch.export")
 
@@ -152,8 +163,7 @@ class SnapshotBuilder:
     def apply_round(self, results: Sequence[WindowResult]) -> None:
         """Add the round's analysed windows (ok and empty) to the counters; replace the gauges of
         the GPUs on which the round captured kernels."""
-        analysed = [(r.process, r.analysis) for r in results
-                    if r.analysis is not None and r.outcome in ("ok", "empty")]
+        analysed = [(r.process, r.analysis) for r in results if r.analysis is not None and r.outcome in ("ok", "empty")]
         sums, used = round_sums(analysed, self._used)
         merged = merge_round([(p, a) for p, a in analysed if a.launch_count > 0])
         placed = self._place(sums.keys() | merged.keys(), analysed)
@@ -180,14 +190,26 @@ class SnapshotBuilder:
         if dropped:
             self.add_fault("export", "too_many_gpus", dropped)
             refused = frozenset(placed.refused)
-            named = sorted({p for p, a in analysed if any(d.device in refused for d in a.devices)
-                            or any(k.device in refused for k in a.kernels)})
-            limited_event(log, self._repeats, ("too_many_gpus",), "gpus_dropped", logging.WARNING,
-                          refused=len(placed.refused), evicted=len(placed.evicted), max_gpus=self._bound.limit,
-                          first_refused=placed.refused[0] if placed.refused else None,
-                          processes=" ".join(named[:3]) + (f" +{len(named) - 3} more" if len(named) > 3 else ""),
-                          reason="more distinct GPU ids than max_gpus; the GPUs left out have no series "
-                                 "this round")
+            named = sorted(
+                {
+                    p
+                    for p, a in analysed
+                    if any(d.device in refused for d in a.devices) or any(k.device in refused for k in a.kernels)
+                }
+            )
+            limited_event(
+                log,
+                self._repeats,
+                ("too_many_gpus",),
+                "gpus_dropped",
+                logging.WARNING,
+                refused=len(placed.refused),
+                evicted=len(placed.evicted),
+                max_gpus=self._bound.limit,
+                first_refused=placed.refused[0] if placed.refused else None,
+                processes=" ".join(named[:3]) + (f" +{len(named) - 3} more" if len(named) > 3 else ""),
+                reason="more distinct GPU ids than max_gpus; the GPUs left out have no series this round",
+            )
         return placed.admitted
 
     def _forget(self, gpu: int) -> None:
@@ -196,8 +218,9 @@ class SnapshotBuilder:
         self._evidence.pop(gpu, None)
         self._series.drop_gpu(str(gpu))
 
-    def _count(self, gpu: int, state: GpuState, sums: GpuSums, members: frozenset[str],
-               admitted: frozenset[str]) -> None:
+    def _count(
+        self, gpu: int, state: GpuState, sums: GpuSums, members: frozenset[str], admitted: frozenset[str]
+    ) -> None:
         """Add one round's sums of `gpu` to its counters (module doc: series start at 0)."""
         label = str(gpu)
         # Out of the top-K for `absent_rounds` rounds: flat series, removed (no rate or increase changes).
@@ -221,8 +244,7 @@ class SnapshotBuilder:
     def _label(self, name: str) -> str:
         return OTHER if name == OTHER else self.namer(name)
 
-    def _apply_gpu(self, gpu: int, state: GpuState, merged: GpuRound, members: frozenset[str],
-                   sums: GpuSums) -> None:
+    def _apply_gpu(self, gpu: int, state: GpuState, merged: GpuRound, members: frozenset[str], sums: GpuSums) -> None:
         """The gauges of `gpu`'s last round with kernels replace the previous ones."""
         label = str(gpu)
         top, other, folded = fold(merged.kernels, members)
@@ -265,20 +287,28 @@ class SnapshotBuilder:
                 out[m].append(((str(gpu),), total))
         info = dict(self._nvml_info)
         info.update((str(gpu), s.info) for gpu, s in self._gpus.items() if s.info is not None)  # the trace's view wins
-        out[md.GPU_INFO] = [((i.gpu, i.name, i.compute_capability, i.sms, i.vendor, i.uuid), 1.0)
-                            for _, i in sorted(info.items(), key=lambda kv: _gpu_sort_key(kv[0]))]
+        out[md.GPU_INFO] = [
+            ((i.gpu, i.name, i.compute_capability, i.sms, i.vendor, i.uuid), 1.0)
+            for _, i in sorted(info.items(), key=lambda kv: _gpu_sort_key(kv[0]))
+        ]
         out[md.WINDOWS] = [((o,), self._windows.get(o, 0.0)) for o in OUTCOMES]
         out[md.ERRORS] = [((stage, reason), n) for (stage, reason), n in self._errors.items()]
         window = self.capture_window() if self.capture_window is not None else None
         duty = self.capture_duty() if self.capture_duty is not None else None
         period = self.capture_period() if self.capture_period is not None else None
-        for m, setting in ((md.LAST_WINDOW_TIMESTAMP, self._last_ts), (md.CAPTURE_DUTY, duty),
-                           (md.CAPTURE_PERIOD, period), (md.CAPTURE_WINDOW, window)):
+        for m, setting in (
+            (md.LAST_WINDOW_TIMESTAMP, self._last_ts),
+            (md.CAPTURE_DUTY, duty),
+            (md.CAPTURE_PERIOD, period),
+            (md.CAPTURE_WINDOW, window),
+        ):
             if setting is not None:
                 out[m].append(((), setting))
-        out[md.KERNELS_FOLDED] = [((str(gpu),), s.folded) for gpu, s in
-                                  sorted(self._gpus.items(), key=lambda kv: _gpu_sort_key(str(kv[0])))
-                                  if s.folded is not None]
+        out[md.KERNELS_FOLDED] = [
+            ((str(gpu),), s.folded)
+            for gpu, s in sorted(self._gpus.items(), key=lambda kv: _gpu_sort_key(str(kv[0])))
+            if s.folded is not None
+        ]
         for n in self._nvml:
             for m, ratio in ((md.NVML_SM_OCCUPANCY, n.sm_occupancy), (md.NVML_GPU_UTILIZATION, n.utilization)):
                 if ratio is not None:
@@ -295,19 +325,28 @@ def _kernel_gauges(k: KernelStats, every: bool) -> Iterable[tuple[md.MetricDef, 
     if not every:
         reported = k.reported_warps_per_sm_min
         return [(md.KERNEL_REPORTED_WARPS_MIN, reported)] if reported is not None and reported < 0 else []
-    values = {md.KERNEL_WARPS_PER_SM: k.warps_per_sm, md.KERNEL_RESIDENT_WARPS_PER_SM: k.resident_warps_per_sm,
-              md.KERNEL_THEORETICAL_OCCUPANCY: k.theoretical_occupancy,
-              md.KERNEL_ESTIMATED_OCCUPANCY: k.estimated_occupancy, md.KERNEL_WAVES_PER_SM: k.waves_per_sm,
-              md.KERNEL_TIME_SHARE: k.time_share, md.KERNEL_LAUNCH_RATE: k.launch_rate,
-              md.KERNEL_REPORTED_WARPS_MIN: k.reported_warps_per_sm_min}
+    values = {
+        md.KERNEL_WARPS_PER_SM: k.warps_per_sm,
+        md.KERNEL_RESIDENT_WARPS_PER_SM: k.resident_warps_per_sm,
+        md.KERNEL_THEORETICAL_OCCUPANCY: k.theoretical_occupancy,
+        md.KERNEL_ESTIMATED_OCCUPANCY: k.estimated_occupancy,
+        md.KERNEL_WAVES_PER_SM: k.waves_per_sm,
+        md.KERNEL_TIME_SHARE: k.time_share,
+        md.KERNEL_LAUNCH_RATE: k.launch_rate,
+        md.KERNEL_REPORTED_WARPS_MIN: k.reported_warps_per_sm_min,
+    }
     return [(m, v) for m, v in values.items() if v is not None]
 
 
 def _gpu_gauges(d: DeviceStats, sums: GpuSums) -> Iterable[tuple[md.MetricDef, float]]:
     """A GPU's last-round gauges (those it has)."""
-    values = {md.GPU_RESIDENT_WARPS_PER_SM: d.resident_warps_per_sm, md.GPU_ESTIMATED_OCCUPANCY: d.estimated_occupancy,
-              md.GPU_BUSY: d.busy_ratio, md.GPU_LONGEST_KERNEL_RATIO: sums.longest_ratio,
-              md.GPU_LOW_CONFIDENCE: d.low_confidence}
+    values = {
+        md.GPU_RESIDENT_WARPS_PER_SM: d.resident_warps_per_sm,
+        md.GPU_ESTIMATED_OCCUPANCY: d.estimated_occupancy,
+        md.GPU_BUSY: d.busy_ratio,
+        md.GPU_LONGEST_KERNEL_RATIO: sums.longest_ratio,
+        md.GPU_LOW_CONFIDENCE: d.low_confidence,
+    }
     return [(m, float(v)) for m, v in values.items() if v is not None]
 
 

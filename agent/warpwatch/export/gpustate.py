@@ -20,15 +20,22 @@ __all__ = ["KERNEL_SUMS", "GpuState", "KernelSeries", "gpu_sums", "kernel_sums"]
 
 def gpu_sums(s: GpuSums) -> dict[md.MetricDef, float]:
     """A round's increments of one GPU's counters."""
-    return {md.GPU_OBSERVED_SECONDS: s.observed, md.GPU_BUSY_SECONDS: s.busy,
-            md.GPU_RESIDENT_WARPS_SECONDS: s.resident_warps, md.GPU_EMPTY_SECONDS: s.empty,
-            md.GPU_LOW_CONFIDENCE_SECONDS: s.low_confidence}
+    return {
+        md.GPU_OBSERVED_SECONDS: s.observed,
+        md.GPU_BUSY_SECONDS: s.busy,
+        md.GPU_RESIDENT_WARPS_SECONDS: s.resident_warps,
+        md.GPU_EMPTY_SECONDS: s.empty,
+        md.GPU_LOW_CONFIDENCE_SECONDS: s.low_confidence,
+    }
 
 
 def kernel_sums(k: KernelSums) -> dict[md.MetricDef, float]:
     """A round's increments of one (GPU, kernel) row of sum counters."""
-    return {md.KERNEL_SECONDS: k.seconds, md.KERNEL_LAUNCHES_ESTIMATED: k.launches,
-            **{md.KERNEL_MEAN_SECONDS[f]: k.x_seconds[f] for f in MEANS}}
+    return {
+        md.KERNEL_SECONDS: k.seconds,
+        md.KERNEL_LAUNCHES_ESTIMATED: k.launches,
+        **{md.KERNEL_MEAN_SECONDS[f]: k.x_seconds[f] for f in MEANS},
+    }
 
 
 KERNEL_SUMS: tuple[md.MetricDef, ...] = tuple(kernel_sums(KernelSums()))

@@ -68,8 +68,7 @@ class NvmlReading:
 
 def gpu_infos(gpus: Iterable[NvmlGpu]) -> dict[str, GpuInfo]:
     """NVML's devices as the snapshot exports them (`warpwatch_gpu_info`), by GPU index."""
-    return {str(g.index): gpu_info(str(g.index), g.name, g.compute_capability, g.sms, "nvidia", g.uuid)
-            for g in gpus}
+    return {str(g.index): gpu_info(str(g.index), g.name, g.compute_capability, g.sms, "nvidia", g.uuid) for g in gpus}
 
 
 class _Device:
@@ -123,8 +122,13 @@ class Nvml:
             event(log, "nvml_unavailable", logging.WARNING, reason=f"cannot import pynvml: {exc}")
             return False
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-            event(log, "nvml_unavailable", logging.INFO, reason=str(exc) or type(exc).__name__,
-                  hint="no NVIDIA driver here; NVML metrics are off, everything else works")
+            event(
+                log,
+                "nvml_unavailable",
+                logging.INFO,
+                reason=str(exc) or type(exc).__name__,
+                hint="no NVIDIA driver here; NVML metrics are off, everything else works",
+            )
             return False
         self._started = True
         try:
@@ -139,8 +143,12 @@ class Nvml:
                 self._error(f"handle {index}", exc)
                 continue
             self._devices.append(_Device(index, handle, self._info(index, handle), self._gpm_supported(handle)))
-        event(log, "nvml_started", gpus=len(self._devices),
-              gpm=",".join(str(d.index) for d in self._devices if d.gpm) or "none")
+        event(
+            log,
+            "nvml_started",
+            gpus=len(self._devices),
+            gpm=",".join(str(d.index) for d in self._devices if d.gpm) or "none",
+        )
         return True
 
     def _info(self, index: int, handle: Any) -> NvmlGpu:
@@ -185,8 +193,16 @@ class Nvml:
     def _error(self, where: str, exc: BaseException) -> None:
         self._errors += 1
         self._new_errors["gpu_lost" if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST else "error"] += 1
-        limited_event(log, self._repeats, (where, str(exc)), "nvml_error", logging.WARNING, where=where,
-                      error=str(exc) or type(exc).__name__, errors=self._errors)
+        limited_event(
+            log,
+            self._repeats,
+            (where, str(exc)),
+            "nvml_error",
+            logging.WARNING,
+            where=where,
+            error=str(exc) or type(exc).__name__,
+            errors=self._errors,
+        )
 
     def begin(self) -> None:
         """Take the GPM sample that opens the window."""

@@ -28,8 +28,9 @@ class OverheadCollector:
                 slow.add_metric([source], ratio)
             yield slow
         if v.stops:
-            stops = HistogramMetricFamily(md.CAPTURE_STOP.name, md.CAPTURE_STOP.help, labels=md.CAPTURE_STOP.labels,
-                                          unit="")
+            stops = HistogramMetricFamily(
+                md.CAPTURE_STOP.name, md.CAPTURE_STOP.help, labels=md.CAPTURE_STOP.labels, unit=""
+            )
             for source, hist in sorted(v.stops.items()):
                 stops.add_metric([source], [(le, float(n)) for le, n in hist.cumulative()], hist.total)
             yield stops

@@ -34,7 +34,11 @@ from ..model import DeviceStats, KernelStats, WindowAnalysis
 
 OTHER = "other"
 MEANS: tuple[str, ...] = (
-    "warps_per_sm", "resident_warps_per_sm", "theoretical_occupancy", "estimated_occupancy", "waves_per_sm",
+    "warps_per_sm",
+    "resident_warps_per_sm",
+    "theoretical_occupancy",
+    "estimated_occupancy",
+    "waves_per_sm",
 )
 """The per-kernel duration-weighted means; each has a Σh·d·x counter."""
 US = 1e6
@@ -91,8 +95,11 @@ def combine_kernels(parts: Sequence[tuple[KernelStats, float]], *, device: int, 
         reported_warps_per_sm=_weighted_mean((k.reported_warps_per_sm, k.gpu_time) for k, _ in parts),
         main_limiter=heaviest.main_limiter,
         artifacts=dict(artifacts),
-        weighted_sums={f: sum(k.weighted_sums.get(f, 0.0) for k, _ in parts)
-                       for f in MEANS if any(f in k.weighted_sums for k, _ in parts)},
+        weighted_sums={
+            f: sum(k.weighted_sums.get(f, 0.0) for k, _ in parts)
+            for f in MEANS
+            if any(f in k.weighted_sums for k, _ in parts)
+        },
         **means,
     )
 
@@ -130,8 +137,9 @@ class GpuRound:
     """Sorted by GPU time, descending."""
 
 
-def _by_gpu(analysis: WindowAnalysis) -> tuple[
-        WindowAnalysis, dict[int, list[DeviceStats]], dict[int, list[KernelStats]]]:
+def _by_gpu(
+    analysis: WindowAnalysis,
+) -> tuple[WindowAnalysis, dict[int, list[DeviceStats]], dict[int, list[KernelStats]]]:
     """A window with its devices and its kernels grouped by GPU (each in the window's order)."""
     devices: dict[int, list[DeviceStats]] = defaultdict(list)
     kernels: dict[int, list[KernelStats]] = defaultdict(list)
@@ -197,8 +205,9 @@ def merge_round(windows: Sequence[tuple[str, WindowAnalysis]]) -> dict[int, GpuR
     return out
 
 
-def fold(kernels: Sequence[KernelStats], members: frozenset[str] | set[str]) -> tuple[
-        list[KernelStats], KernelStats | None, int]:
+def fold(
+    kernels: Sequence[KernelStats], members: frozenset[str] | set[str]
+) -> tuple[list[KernelStats], KernelStats | None, int]:
     """The kernels named in `members` (in the given order), the rest combined into one `other`
     entry, and how many were folded."""
     top = [k for k in kernels if k.name in members]

@@ -51,8 +51,7 @@ class AgentCollector:
 
     def collect(self) -> Iterator[Metric]:
         if self.http is not None:
-            yield GaugeMetricFamily(md.HTTP_CONNECTIONS.name, md.HTTP_CONNECTIONS.help,
-                                    value=self.http.connections)
+            yield GaugeMetricFamily(md.HTTP_CONNECTIONS.name, md.HTTP_CONNECTIONS.help, value=self.http.connections)
             rejected = _counter(md.HTTP_REJECTED)
             for reason, count in sorted(dict(self.http.rejected).items()):
                 rejected.add_metric([reason], count)

@@ -46,11 +46,16 @@ class GpuInfo:
     uuid: str = ""
 
 
-def gpu_info(gpu: str, name: str, compute_capability: str, sms: int | None, vendor: str,
-             uuid: str | None) -> GpuInfo:
+def gpu_info(gpu: str, name: str, compute_capability: str, sms: int | None, vendor: str, uuid: str | None) -> GpuInfo:
     """A `GpuInfo` from what a trace or NVML says of a device, its text made safe as label values."""
-    return GpuInfo(gpu, label_text(name), label_text(compute_capability), "" if sms is None else str(sms), vendor,
-                   label_text(uuid or ""))
+    return GpuInfo(
+        gpu,
+        label_text(name),
+        label_text(compute_capability),
+        "" if sms is None else str(sms),
+        vendor,
+        label_text(uuid or ""),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +159,11 @@ class SnapshotCollector:
             elif isinstance(family, CounterMetricFamily) and m.labels == md.GPU:
                 for labels, value in s.samples.get(m, ()):
                     kept = s.evidence.get(labels[0])
-                    family.add_metric(list(labels), value, exemplar=None if kept is None else Exemplar(
-                        {EXEMPLAR_LABEL: kept[0]}, value, kept[1]))
+                    family.add_metric(
+                        list(labels),
+                        value,
+                        exemplar=None if kept is None else Exemplar({EXEMPLAR_LABEL: kept[0]}, value, kept[1]),
+                    )
             else:
                 for labels, value in s.samples.get(m, ()):
                     family.add_metric(list(labels), value)

@@ -39,8 +39,14 @@ _CV = ("const", "volatile", "restrict")
 _CV_RUN = re.compile(r"(?<![\w$])(?:const|volatile|restrict)(?: (?:const|volatile|restrict))+(?![\w$])")
 """Qualifiers that itanium-demangler writes in the order of a frozenset, which changes from one
 process to the next (string hashing is randomised): written in c++filt's order instead."""
-_LITERAL_SUFFIX = {"int": "", "unsigned int": "u", "long": "l", "unsigned long": "ul",
-                   "long long": "ll", "unsigned long long": "ull"}
+_LITERAL_SUFFIX = {
+    "int": "",
+    "unsigned int": "u",
+    "long": "l",
+    "unsigned long": "ul",
+    "long long": "ll",
+    "unsigned long long": "ull",
+}
 
 
 def demangle(name: str) -> str | None:
@@ -148,8 +154,11 @@ def _parse_encoding(cursor: Any) -> Any:
     if name is None or cursor.at_end():
         return name
     ret_ty = None
-    if name.kind == "qual_name" and name.value[-1].kind == "tpl_args" \
-            and name.value[-2].kind not in ("ctor", "dtor", "oper_cast"):
+    if (
+        name.kind == "qual_name"
+        and name.value[-1].kind == "tpl_args"
+        and name.value[-2].kind not in ("ctor", "dtor", "oper_cast")
+    ):
         ret_ty = dm._parse_type(cursor)
         if ret_ty is None:
             return None
@@ -212,7 +221,7 @@ def mangled_prefix(name: str) -> str | None:
             break
         length = int(m.group())
         start = m.end()
-        ident = raw[start:start + length]
+        ident = raw[start : start + length]
         if len(ident) < length or not ident:
             break
         try:

@@ -133,7 +133,7 @@ def kernel_label(raw: str) -> str:
         full = text
     else:
         kernel, is_signature = sig
-        core = text[kernel.start:kernel.end]
+        core = text[kernel.start : kernel.end]
         full = render_qname(kernel, Style(), 0, inner=False, params=not is_signature)
         if is_signature:
             last = kernel.segs[-1]
@@ -169,8 +169,9 @@ def _elided(kernel: QName, is_signature: bool, room: int, label: str) -> str:
     order = [key for _depth, _order, key in sorted(slots(kernel, style), key=lambda slot: (-slot[0], -slot[1]))]
 
     def elide(count: int) -> str:
-        return render_qname(kernel, replace(style, elided=frozenset(order[:count])), 0, inner=False,
-                            params=not is_signature)
+        return render_qname(
+            kernel, replace(style, elided=frozenset(order[:count])), 0, inner=False, params=not is_signature
+        )
 
     count = min(len(order), MAX_ELISIONS)
     if count:
@@ -184,6 +185,8 @@ def _elided(kernel: QName, is_signature: bool, room: int, label: str) -> str:
             else:
                 low = middle + 1
     return label
+
+
 """Lossy renderings, tried in order (module doc, 5a and 5b)."""
 
 
@@ -199,8 +202,11 @@ class KernelNamer:
         self._cache: OrderedDict[str, str] = OrderedDict()
 
     def __call__(self, raw: str) -> str:
-        key = raw if len(raw) <= 1024 else "\0" + hashlib.blake2b(
-            raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        key = (
+            raw
+            if len(raw) <= 1024
+            else "\0" + hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        )
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)

@@ -135,7 +135,7 @@ class Parser:
             if i < n and s[i] == "(":
                 seg.params, i = self.list(i, ")", depth)
                 for qual in _QUALIFIERS:
-                    if s.startswith(qual, i) and not s[i + len(qual):i + len(qual) + 1].isalnum():
+                    if s.startswith(qual, i) and not s[i + len(qual) : i + len(qual) + 1].isalnum():
                         seg.quals += qual
                         i += len(qual)
             q.segs.append(seg)
@@ -260,7 +260,7 @@ def signature(text: str) -> tuple[QName, bool] | None:
     if not names:
         return None
     kernel = names[-1]
-    rest = text[kernel.end:].strip()
+    rest = text[kernel.end :].strip()
     is_signature = kernel.segs[-1].params is not None and rest in ("", "const")
     if is_signature:
         return kernel, True
@@ -271,7 +271,7 @@ def signature(text: str) -> tuple[QName, bool] | None:
 
 def params_length(text: str, kernel: QName, last: Seg) -> int:
     """Characters of the kernel's parameter list (and qualifiers) at the end of its core."""
-    core = text[kernel.start:kernel.end]
+    core = text[kernel.start : kernel.end]
     # The parameter list opens at the last top-level "(" of the core's last component.
     depth = 0
     for k in range(len(core) - 1, -1, -1):

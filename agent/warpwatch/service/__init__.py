@@ -31,4 +31,3 @@ renders /metrics, `health` answers /readyz and notices clock steps, `ticker` sch
 - shutdown: the round in progress gets `window + 5 s` (`shutdown_grace_s`) to finish, then its sources are closed
   (abandoning it); the HTTP server stops; exit status 0.
 """
-

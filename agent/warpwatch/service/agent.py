@@ -40,10 +40,18 @@ class Service:
     """The agent: startup -> rounds on a schedule -> shutdown (module doc)."""
 
     def __init__(
-        self, config: Config, *, sources: Sequence[Source] | None = None, nvml: Nvml | None = None,
-        clock: Callable[[], float] = time.time, monotonic: Callable[[], float] | None = None,
-        shutdown_grace_s: float = SHUTDOWN_GRACE_S, capture_grace_s: float = CAPTURE_GRACE_S,
-        ready_slack_s: float = READY_SLACK_S, limits: Limits | None = None, memory: MemoryBudget | None = None,
+        self,
+        config: Config,
+        *,
+        sources: Sequence[Source] | None = None,
+        nvml: Nvml | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
+        shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+        capture_grace_s: float = CAPTURE_GRACE_S,
+        ready_slack_s: float = READY_SLACK_S,
+        limits: Limits | None = None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         """`clock` (wall, Unix seconds) stamps windows; `monotonic` measures ages (readiness), capture
         deadlines and clock steps. `monotonic` defaults to `time.monotonic`, or to `clock` when only
@@ -61,16 +69,26 @@ class Service:
         self._stopping = threading.Event()
         self.exposition = Exposition()
         self.registry, self.collector = self.exposition.registry, self.exposition.collector
-        self.rounds = Rounds(config, exposition=self.exposition, nvml=self.nvml, clock=clock, monotonic=monotonic,
-                             fanout=CaptureFanout(grace_s=capture_grace_s, monotonic=monotonic),
-                             memory=self.memory, stopping=self._stopping.is_set)
+        self.rounds = Rounds(
+            config,
+            exposition=self.exposition,
+            nvml=self.nvml,
+            clock=clock,
+            monotonic=monotonic,
+            fanout=CaptureFanout(grace_s=capture_grace_s, monotonic=monotonic),
+            memory=self.memory,
+            stopping=self._stopping.is_set,
+        )
         self.builder = self.rounds.builder
         self.rounds.on_period = self._set_period
         self.exposition.add_own(OverheadCollector(self.rounds.overhead.view))
         if config.evidence_dir is not None:
             self.rounds.evidence = Evidence(
                 EvidenceStore(config.evidence_dir, config.evidence_bytes, config.evidence_files, clock),
-                KeepRule(), clock, self.rounds.repeats)
+                KeepRule(),
+                clock,
+                self.rounds.repeats,
+            )
             self.exposition.add_own(EvidenceCollector(self.rounds.evidence.view))
         self.ready = Readiness(config, monotonic, ready_slack_s, period=self.rounds.period_now)
         self.web: WebConfig | None = None
@@ -129,24 +147,39 @@ class Service:
         try:
             store.open()
         except OSError as exc:
-            event(log, "evidence_unavailable", logging.WARNING, folder=str(store.folder),
-                  error=exc.strerror or str(exc))
+            event(
+                log, "evidence_unavailable", logging.WARNING, folder=str(store.folder), error=exc.strerror or str(exc)
+            )
         else:
-            event(log, "evidence_opened", folder=str(store.folder), windows=len(store.windows()),
-                  bytes=store.total_bytes())
+            event(
+                log,
+                "evidence_opened",
+                folder=str(store.folder),
+                windows=len(store.windows()),
+                bytes=store.total_bytes(),
+            )
 
     def _start_http(self) -> None:
         c = self.config
-        endpoints = Endpoints(self.exposition.render, self.readiness, self.web,
-                              evidence=self.rounds.evidence.store if self.rounds.evidence is not None else None)
+        endpoints = Endpoints(
+            self.exposition.render,
+            self.readiness,
+            self.web,
+            evidence=self.rounds.evidence.store if self.rounds.evidence is not None else None,
+        )
         limits = self.limits if self.limits is not None else http_limits(Limits())
         self._server = server = HttpServer(endpoints, c.address, c.port, web=self.web, limits=limits)
         self.exposition.add_own(AgentCollector(http=server, sources=self.sources))
         server.start()
         host, scheme = c.address, "https" if self.web is not None and self.web.tls is not None else "http"
-        event(log, "listening", address=host, port=self.port,
-              url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics",
-              **describe_limits(server.limits))
+        event(
+            log,
+            "listening",
+            address=host,
+            port=self.port,
+            url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics",
+            **describe_limits(server.limits),
+        )
 
     def tick(self) -> None:
         """A round is due: start it in its own daemon thread (a round stuck in a capture must not
@@ -155,8 +188,14 @@ class Service:
             return
         if self._round_lock.locked():
             self.rounds.late_faults.append(("round", "overrun"))
-            limited_event(log, self.rounds.repeats, ("round_skipped",), "round_skipped", logging.WARNING,
-                          reason=f"the previous round is still running after the {self.rounds.period_now():g}s period")
+            limited_event(
+                log,
+                self.rounds.repeats,
+                ("round_skipped",),
+                "round_skipped",
+                logging.WARNING,
+                reason=f"the previous round is still running after the {self.rounds.period_now():g}s period",
+            )
             return
         threading.Thread(target=self.run_round, name="warpwatch-round", daemon=True).start()
 
@@ -228,4 +267,3 @@ class Service:
             self._round_count += 1
             self.ready.round_finished()
             self._round_lock.release()
-

@@ -24,11 +24,25 @@ def note_costs(ledger: OverheadLedger, sources: Sequence[Source], *, window: flo
     view = ledger.view()
     cost = ledger.lost()
     if period > before:
-        event(log, "period_stretched", logging.WARNING, period_s=round(period, 3), previous_s=round(before, 3),
-              window_s=window, lost_per_round_s=round(cost or 0.0, 3), budget=view.budget,
-              slowdown={k: round(v, 4) for k, v in view.slowdown.items()},
-              reason="the measured cost to the server is above --overhead-budget")
+        event(
+            log,
+            "period_stretched",
+            logging.WARNING,
+            period_s=round(period, 3),
+            previous_s=round(before, 3),
+            window_s=window,
+            lost_per_round_s=round(cost or 0.0, 3),
+            budget=view.budget,
+            slowdown={k: round(v, 4) for k, v in view.slowdown.items()},
+            reason="the measured cost to the server is above --overhead-budget",
+        )
     else:
-        event(log, "period_restored", period_s=round(period, 3), previous_s=round(before, 3),
-              lost_per_round_s=round(cost or 0.0, 3), budget=view.budget)
+        event(
+            log,
+            "period_restored",
+            period_s=round(period, 3),
+            previous_s=round(before, 3),
+            lost_per_round_s=round(cost or 0.0, 3),
+            budget=view.budget,
+        )
     return period

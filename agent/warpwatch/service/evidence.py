@@ -36,8 +36,14 @@ def identity(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 class Evidence:
     """The rule and the store of one service (module doc); `offer` from the round thread only."""
 
-    def __init__(self, store: EvidenceStore, rule: KeepRule, clock: Callable[[], float],
-                 repeats: RepeatFilter, where: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: EvidenceStore,
+        rule: KeepRule,
+        clock: Callable[[], float],
+        repeats: RepeatFilter,
+        where: Mapping[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.rule = rule
         self.clock = clock
@@ -60,8 +66,16 @@ class Evidence:
         except EvidenceError as exc:
             with self._counts_lock:
                 self._failed[exc.reason] += 1
-            limited_event(log, self.repeats, ("evidence_failed", exc.reason), "evidence_failed", logging.WARNING,
-                          file=cw.path.name, reason=exc.reason, error=str(exc))
+            limited_event(
+                log,
+                self.repeats,
+                ("evidence_failed", exc.reason),
+                "evidence_failed",
+                logging.WARNING,
+                file=cw.path.name,
+                reason=exc.reason,
+                error=str(exc),
+            )
             return None
         with self._counts_lock:
             self._kept[verdict.reason] += 1
@@ -74,8 +88,9 @@ class Evidence:
             return EvidenceView(dict(self._kept), dict(self._failed), sum(k.bytes for k in windows), len(windows))
 
 
-def window_meta(cw: CapturedWindow, analysis: WindowAnalysis, verdict: Verdict, now: float,
-                where: Mapping[str, str]) -> dict[str, Any]:
+def window_meta(
+    cw: CapturedWindow, analysis: WindowAnalysis, verdict: Verdict, now: float, where: Mapping[str, str]
+) -> dict[str, Any]:
     """The JSON beside a kept trace: when, where, which GPUs, why, and the window's summary."""
     w = analysis.window
     return {
@@ -89,16 +104,32 @@ def window_meta(cw: CapturedWindow, analysis: WindowAnalysis, verdict: Verdict, 
         "rank": analysis.rank,
         "gpus": [d.device for d in analysis.devices],
         "reason": verdict.reason,
-        "degraded": [{"gpu": d.gpu, "kernel": d.kernel, "estimated_occupancy": d.occupancy, "level": d.level}
-                     for d in verdict.degraded],
+        "degraded": [
+            {"gpu": d.gpu, "kernel": d.kernel, "estimated_occupancy": d.occupancy, "level": d.level}
+            for d in verdict.degraded
+        ],
         "summary": {
             "launches": analysis.launch_count,
             "artifacts": dict(analysis.artifacts),
-            "devices": [{"gpu": d.device, "estimated_occupancy": d.estimated_occupancy, "busy_ratio": d.busy_ratio,
-                         "low_confidence": d.low_confidence, "low_confidence_reasons": list(d.low_confidence_reasons)}
-                        for d in analysis.devices],
-            "kernels": [{"gpu": k.device, "kernel": k.name, "estimated_occupancy": k.estimated_occupancy,
-                         "time_share": k.time_share, "artifacts": dict(k.artifacts)}
-                        for k in analysis.kernels[:SUMMARY_KERNELS]],
+            "devices": [
+                {
+                    "gpu": d.device,
+                    "estimated_occupancy": d.estimated_occupancy,
+                    "busy_ratio": d.busy_ratio,
+                    "low_confidence": d.low_confidence,
+                    "low_confidence_reasons": list(d.low_confidence_reasons),
+                }
+                for d in analysis.devices
+            ],
+            "kernels": [
+                {
+                    "gpu": k.device,
+                    "kernel": k.name,
+                    "estimated_occupancy": k.estimated_occupancy,
+                    "time_share": k.time_share,
+                    "artifacts": dict(k.artifacts),
+                }
+                for k in analysis.kernels[:SUMMARY_KERNELS]
+            ],
         },
     }

@@ -54,8 +54,9 @@ class CaptureFanout:
                 self._busy.add(src)
             started.add(i)
             window = window_s if agent_chooses_window(src.name) else fixed_window_s
-            t = threading.Thread(target=self._one, args=(src, window, timeout_s, out, i),
-                                 name=f"warpwatch-capture-{i}", daemon=True)
+            t = threading.Thread(
+                target=self._one, args=(src, window, timeout_s, out, i), name=f"warpwatch-capture-{i}", daemon=True
+            )
             t.start()
             threads.append(t)
         bound = self.bound(sources, max(window_s, fixed_window_s), timeout_s)
@@ -67,17 +68,31 @@ class CaptureFanout:
             if i in out:
                 windows.extend(out[i])
             elif i in started:
-                windows.append(CapturedWindow(source=src.name, path=None, outcome="timed_out",
-                                              error=f"capture did not return within {bound:g}s"))
+                windows.append(
+                    CapturedWindow(
+                        source=src.name,
+                        path=None,
+                        outcome="timed_out",
+                        error=f"capture did not return within {bound:g}s",
+                    )
+                )
         return windows
 
-    def _one(self, src: Source, window_s: float, timeout_s: float, out: dict[int, list[CapturedWindow]],
-             i: int) -> None:
+    def _one(
+        self, src: Source, window_s: float, timeout_s: float, out: dict[int, list[CapturedWindow]], i: int
+    ) -> None:
         try:
             out[i] = src.capture(window_s, timeout_s)
         except Exception as exc:
-            out[i] = [CapturedWindow(source=src.name, path=None, outcome="failed", failure="raised",
-                                     error=f"capture raised {type(exc).__name__}: {exc}")]
+            out[i] = [
+                CapturedWindow(
+                    source=src.name,
+                    path=None,
+                    outcome="failed",
+                    failure="raised",
+                    error=f"capture raised {type(exc).__name__}: {exc}",
+                )
+            ]
         finally:
             with self._lock:
                 self._busy.discard(src)

@@ -15,8 +15,13 @@ READY_SLACK_S = 10.0
 class Readiness:
     """(ready, reason) for /readyz from when the service started and when its last round finished."""
 
-    def __init__(self, config: Config, monotonic: Callable[[], float], slack_s: float = READY_SLACK_S,
-                 period: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        monotonic: Callable[[], float],
+        slack_s: float = READY_SLACK_S,
+        period: Callable[[], float] | None = None,
+    ) -> None:
         self.extra_s = config.jitter + config.window + config.collect_timeout + slack_s
         self.period_now = period or (lambda: config.period)
         """The period in force (stretched by the overhead budget)."""

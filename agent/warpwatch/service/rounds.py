@@ -31,9 +31,18 @@ log = logging.getLogger("warpwatch.service")
 class Rounds:
     """The work of the service's rounds, one at a time (`Service.run_round` holds the round lock)."""
 
-    def __init__(self, config: Config, *, exposition: Exposition, nvml: Nvml, fanout: CaptureFanout,
-                 clock: Callable[[], float], monotonic: Callable[[], float], memory: MemoryBudget,
-                 stopping: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        exposition: Exposition,
+        nvml: Nvml,
+        fanout: CaptureFanout,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+        memory: MemoryBudget,
+        stopping: Callable[[], bool],
+    ) -> None:
         self.config = config
         self.exposition = exposition
         self.nvml = nvml
@@ -41,16 +50,22 @@ class Rounds:
         self.clock = clock
         self.memory = memory
         self.stopping = stopping
-        self.planner = (WindowPlanner(config.window, config.period, max(MAX_DUTY, config.duty))
-                        if config.adaptive_window else None)
+        self.planner = (
+            WindowPlanner(config.window, config.period, max(MAX_DUTY, config.duty)) if config.adaptive_window else None
+        )
         """--adaptive-window: each round's window (windowplan)."""
         self.overhead = OverheadLedger(config.overhead_budget, config.period, MAX_PERIOD_S)
         """What the windows cost the traced servers, and the period within --overhead-budget (`overhead`)."""
         self.on_period: Callable[[float], None] | None = None
         """Called with the new period when the budget changes it (the service's ticker)."""
-        self.builder = SnapshotBuilder(top_kernels=config.top_kernels, capture_duty=self.duty_now,
-                                       capture_period=self.period_now, capture_window=self.window_now,
-                                       max_gpus=config.max_gpus, kernel_gauges=config.kernel_gauges)
+        self.builder = SnapshotBuilder(
+            top_kernels=config.top_kernels,
+            capture_duty=self.duty_now,
+            capture_period=self.period_now,
+            capture_window=self.window_now,
+            max_gpus=config.max_gpus,
+            kernel_gauges=config.kernel_gauges,
+        )
         self.clock_watch = ClockWatch(clock, monotonic)
         self.gpu_properties: dict[int, DeviceProperties] | None = None
         """Device properties for traces that carry none (`--gpu-properties`)."""
@@ -76,16 +91,24 @@ class Rounds:
         """One round over `sources`."""
         if (step := self.clock_watch.step()) is not None:
             self.builder.add_fault("clock", "jump")
-            limited_event(log, self.repeats, ("clock_jump",), "clock_jump", logging.WARNING, seconds=round(step, 3),
-                          reason="the wall clock was stepped; window timestamps follow it, "
-                                 "scheduling and durations do not")
+            limited_event(
+                log,
+                self.repeats,
+                ("clock_jump",),
+                "clock_jump",
+                logging.WARNING,
+                seconds=round(step, 3),
+                reason="the wall clock was stepped; window timestamps follow it, scheduling and durations do not",
+            )
         self.nvml.begin()
         window = self.planner.next()[0] if self.planner is not None else self.config.window
-        windows = self.fanout.capture(sources, window, self.config.window, self.config.collect_timeout,
-                                      on_busy=self._source_busy)
+        windows = self.fanout.capture(
+            sources, window, self.config.window, self.config.collect_timeout, on_busy=self._source_busy
+        )
         reading = self.nvml.end()
-        if (period := note_costs(self.overhead, sources, window=self.config.window)) is not None \
-                and self.on_period is not None:
+        if (
+            period := note_costs(self.overhead, sources, window=self.config.window)
+        ) is not None and self.on_period is not None:
             self.on_period(period)
         while self.late_faults:
             self.builder.add_fault(*self.late_faults.popleft())
@@ -106,8 +129,15 @@ class Rounds:
     def failed(self, exc: Exception) -> None:
         """A round raised (a bug, not an expected failure): one line (traceback at debug level), counted."""
         error = f"{type(exc).__name__}: {exc}"
-        limited_event(log, self.repeats, repeat_key("round_failed", error), "round_failed", logging.ERROR,
-                      exc_info=exc, error=error)
+        limited_event(
+            log,
+            self.repeats,
+            repeat_key("round_failed", error),
+            "round_failed",
+            logging.ERROR,
+            exc_info=exc,
+            error=error,
+        )
         try:
             self.builder.record(WindowResult("round", "round", "failed", fault=("round", "unexpected")), self.clock())
             self.exposition.publish(self.builder.snapshot())
@@ -116,16 +146,29 @@ class Rounds:
 
     def _source_busy(self, src: Source) -> None:
         self.builder.add_fault("capture", "skipped_busy")
-        limited_event(log, self.repeats, ("source_busy", src.name), "source_busy", logging.WARNING,
-                      source=src.name, reason="its previous capture has not returned; skipping this round")
+        limited_event(
+            log,
+            self.repeats,
+            ("source_busy", src.name),
+            "source_busy",
+            logging.WARNING,
+            source=src.name,
+            reason="its previous capture has not returned; skipping this round",
+        )
 
     def _adapt_window(self, results: Sequence[WindowResult]) -> None:
         """--adaptive-window: lengthen the window after a round that captured long kernels."""
-        longest = max((d.longest_kernel / 1e6 for r in results if r.analysis is not None
-                       and agent_chooses_window(r.source) for d in r.analysis.devices), default=0.0)
+        longest = max(
+            (
+                d.longest_kernel / 1e6
+                for r in results
+                if r.analysis is not None and agent_chooses_window(r.source)
+                for d in r.analysis.devices
+            ),
+            default=0.0,
+        )
         if self.planner is not None and self.planner.observe(longest):
-            event(log, "window_lengthened", window_s=round(self.planner.window, 6),
-                  longest_kernel_s=round(longest, 6))
+            event(log, "window_lengthened", window_s=round(self.planner.window, 6), longest_kernel_s=round(longest, 6))
 
     def publish_nvml(self, reading: NvmlReading) -> None:
         """NVML's reading and devices into the builder, and the snapshot published."""
@@ -150,5 +193,4 @@ class Rounds:
         return result
 
     def _reading(self) -> WindowReading:
-        return WindowReading(self.config.max_trace_bytes, self.memory, self.gpu_properties, self.stopping,
-                             self.repeats)
+        return WindowReading(self.config.max_trace_bytes, self.memory, self.gpu_properties, self.stopping, self.repeats)

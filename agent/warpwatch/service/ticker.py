@@ -28,9 +28,16 @@ class Ticker:
 
     JOB_ID = "round"
 
-    def __init__(self, tick: Callable[[], None], period: float, jitter: float = 0.0, *,
-                 wall: Callable[[], float] = time.time, watch_s: float = 1.0,
-                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+    def __init__(
+        self,
+        tick: Callable[[], None],
+        period: float,
+        jitter: float = 0.0,
+        *,
+        wall: Callable[[], float] = time.time,
+        watch_s: float = 1.0,
+        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ) -> None:
         self._tick = tick
         self._period = period
         self._jitter = jitter
@@ -54,7 +61,9 @@ class Ticker:
         scheduler.add_job(
             self._tick,
             IntervalTrigger(seconds=self._period, jitter=self._jitter or None, timezone=timezone.utc),
-            id=self.JOB_ID, name="capture window", next_run_time=self._now(),
+            id=self.JOB_ID,
+            name="capture window",
+            next_run_time=self._now(),
         )
         scheduler.start()
         self._scheduler = scheduler
@@ -68,8 +77,8 @@ class Ticker:
         self._period = period
         if self._scheduler is not None:
             self._scheduler.reschedule_job(
-                self.JOB_ID, trigger=IntervalTrigger(seconds=period, jitter=self._jitter or None,
-                                                     timezone=timezone.utc))
+                self.JOB_ID, trigger=IntervalTrigger(seconds=period, jitter=self._jitter or None, timezone=timezone.utc)
+            )
 
     def _watch(self) -> None:
         wall0, mono0 = self._wall(), time.monotonic()

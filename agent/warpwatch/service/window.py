@@ -69,8 +69,11 @@ def read_window(cw: CapturedWindow, how: WindowReading) -> WindowResult:
     t0 = time.perf_counter()
     try:
         with open_confined(cw.path) as opened:
-            trace = read_trace(opened.reader_path, gpu_properties=how.gpu_properties,
-                               limits=how.memory.read_limits(how.max_trace_bytes, cancel=how.cancelled))
+            trace = read_trace(
+                opened.reader_path,
+                gpu_properties=how.gpu_properties,
+                limits=how.memory.read_limits(how.max_trace_bytes, cancel=how.cancelled),
+            )
         analysis = analyze(trace, requested=cw.requested)
     except RefusedFile as exc:
         fault: Fault = ("read", "io_error" if exc.reason == "unreadable" else f"refused_{exc.reason}")
@@ -80,33 +83,65 @@ def read_window(cw: CapturedWindow, how: WindowReading) -> WindowResult:
     except OSError as exc:  # a reader letting an I/O error through
         return _failed(how, cw, process, t0, ("read", "io_error"), f"cannot read: {exc.strerror or exc}")
     except Exception as exc:
-        return _failed(how, cw, process, t0, ("analysis", "unexpected"),
-                            f"unexpected {type(exc).__name__}: {exc}", exc)
+        return _failed(how, cw, process, t0, ("analysis", "unexpected"), f"unexpected {type(exc).__name__}: {exc}", exc)
     seconds = time.perf_counter() - t0
     outcome = "ok" if analysis.launch_count > 0 else "empty"
-    event(log, "window", source=cw.source, file=cw.path.name, outcome=outcome, seconds=round(seconds, 4),
-          launches=analysis.launch_count, kernels=len(analysis.kernels),
-          gpus=_first(str(d.device) for d in analysis.devices) or "none",
-          window_ms=round(analysis.window.duration / 1000.0, 3), bounds=analysis.window.bounds,
-          rank=analysis.rank)
+    event(
+        log,
+        "window",
+        source=cw.source,
+        file=cw.path.name,
+        outcome=outcome,
+        seconds=round(seconds, 4),
+        launches=analysis.launch_count,
+        kernels=len(analysis.kernels),
+        gpus=_first(str(d.device) for d in analysis.devices) or "none",
+        window_ms=round(analysis.window.duration / 1000.0, 3),
+        bounds=analysis.window.bounds,
+        rank=analysis.rank,
+    )
     cw.done(True)
     return WindowResult(cw.source, process_identity(cw, analysis.rank), outcome, seconds, analysis)
 
-def _failed(how: WindowReading, cw: CapturedWindow, process: str, t0: float, fault: Fault, error: str,
-        exc: BaseException | None = None) -> WindowResult:
+
+def _failed(
+    how: WindowReading,
+    cw: CapturedWindow,
+    process: str,
+    t0: float,
+    fault: Fault,
+    error: str,
+    exc: BaseException | None = None,
+) -> WindowResult:
     seconds = time.perf_counter() - t0
     _log_failure(how, cw, "failed", error, seconds, exc)
     cw.done(True)
     return WindowResult(cw.source, process, "failed", seconds, fault=fault)
 
-def _log_failure(how: WindowReading, cw: CapturedWindow, outcome: Outcome, error: str,
-             seconds: float | None = None, exc: BaseException | None = None) -> None:
+
+def _log_failure(
+    how: WindowReading,
+    cw: CapturedWindow,
+    outcome: Outcome,
+    error: str,
+    seconds: float | None = None,
+    exc: BaseException | None = None,
+) -> None:
     """One `window` line; the same failure every round (a bad file replayed, a process that
     never answers) is rate-limited."""
     file = cw.path.name if cw.path is not None else None
     # The file name is kept as it is: distinct files are distinct faults (only numbers in the
     # error, sizes or pids, are folded).
-    limited_event(log, how.repeats, (*repeat_key(cw.source, outcome, error), file), "window",
-                  logging.ERROR if exc is not None else logging.WARNING, exc_info=exc,
-                  source=cw.source, file=file, outcome=outcome,
-                  seconds=None if seconds is None else round(seconds, 4), error=error)
+    limited_event(
+        log,
+        how.repeats,
+        (*repeat_key(cw.source, outcome, error), file),
+        "window",
+        logging.ERROR if exc is not None else logging.WARNING,
+        exc_info=exc,
+        source=cw.source,
+        file=file,
+        outcome=outcome,
+        seconds=None if seconds is None else round(seconds, 4),
+        error=error,
+    )

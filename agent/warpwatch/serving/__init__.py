@@ -7,5 +7,13 @@ from .endpoints import Endpoints, accepts_gzip
 from .fds import http_limits, raise_nofile
 from .server import REJECT_REASONS, HttpServer
 
-__all__ = ["REJECT_REASONS", "Endpoints", "HttpServer", "Limits", "accepts_gzip", "describe_limits", "http_limits",
-           "raise_nofile"]
+__all__ = [
+    "REJECT_REASONS",
+    "Endpoints",
+    "HttpServer",
+    "Limits",
+    "accepts_gzip",
+    "describe_limits",
+    "http_limits",
+    "raise_nofile",
+]

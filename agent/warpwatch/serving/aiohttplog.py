@@ -32,8 +32,17 @@ class AiohttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         self._repeats = repeats
         self._count = count
 
-    def log(self, level: int, msg: object, *args: object, exc_info: Any = None, stack_info: bool = False,
-            stacklevel: int = 1, extra: Mapping[str, object] | None = None, **kwargs: Any) -> None:
+    def log(
+        self,
+        level: int,
+        msg: object,
+        *args: object,
+        exc_info: Any = None,
+        stack_info: bool = False,
+        stacklevel: int = 1,
+        extra: Mapping[str, object] | None = None,
+        **kwargs: Any,
+    ) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else None
         try:
             text = str(msg) % args if args else str(msg)
@@ -41,11 +50,26 @@ class AiohttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]
             text = str(msg)
         if isinstance(exc, HttpProcessingError):
             self._count("bad_request")
-            limited_event(log, self._repeats, ("bad_request", type(exc).__name__), "http_bad_request",
-                          logging.INFO, error=type(exc).__name__, detail=_cut(exc), context=text)
+            limited_event(
+                log,
+                self._repeats,
+                ("bad_request", type(exc).__name__),
+                "http_bad_request",
+                logging.INFO,
+                error=type(exc).__name__,
+                detail=_cut(exc),
+                context=text,
+            )
         elif exc is not None:
-            limited_event(log, self._repeats, ("aiohttp", type(exc).__name__), "http_error", logging.WARNING,
-                          error=f"{type(exc).__name__}: {_cut(exc)}", context=text)
+            limited_event(
+                log,
+                self._repeats,
+                ("aiohttp", type(exc).__name__),
+                "http_error",
+                logging.WARNING,
+                error=f"{type(exc).__name__}: {_cut(exc)}",
+                context=text,
+            )
             event(log, "http_error_traceback", logging.DEBUG, exc_info=exc)
         elif level >= logging.WARNING:
             limited_event(log, self._repeats, ("aiohttp", text), "http_error", logging.WARNING, context=text)

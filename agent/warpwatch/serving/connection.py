@@ -41,8 +41,10 @@ class Limits:
     lowers it to what the descriptor limit leaves."""
 
 
-_TOO_LARGE_ANSWER = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                     b"Connection: close\r\nContent-Length: 29\r\n\r\nrequest headers are too large\n")
+_TOO_LARGE_ANSWER = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\nContent-Length: 29\r\n\r\nrequest headers are too large\n"
+)
 
 
 class Host(Protocol):
@@ -55,8 +57,10 @@ class Host(Protocol):
     @property
     def by_handler(self) -> dict[Any, Connection]:
         """Each aiohttp request handler's connection."""
+
     def web_server(self) -> Any:
         """A new aiohttp request handler."""
+
     def reject(self, reason: str, peer: str, detail: str, level: int = logging.WARNING) -> None: ...
     def forget(self, conn: Connection) -> None: ...
 
@@ -88,10 +92,16 @@ class Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         tls = self.server.tls
-        if tls is not None and tls.client_allowed_sans and not _san_allowed(
-                transport.get_extra_info("peercert"), tls.client_allowed_sans):
-            self.server.reject("tls_failed", self.peer,
-                               "no subject alternative name of the client certificate is in client_allowed_sans")
+        if (
+            tls is not None
+            and tls.client_allowed_sans
+            and not _san_allowed(transport.get_extra_info("peercert"), tls.client_allowed_sans)
+        ):
+            self.server.reject(
+                "tls_failed",
+                self.peer,
+                "no subject alternative name of the client certificate is in client_allowed_sans",
+            )
             transport.abort()
             return
         self.inner = self.server.web_server()
@@ -104,8 +114,11 @@ class Connection(asyncio.Protocol):
         if not self.in_request:
             self.header_bytes += len(data)
             if self.header_bytes > self.server.limits.max_header_bytes:
-                self.server.reject("headers_too_large", self.peer,
-                                   f"more than {self.server.limits.max_header_bytes} bytes of request headers")
+                self.server.reject(
+                    "headers_too_large",
+                    self.peer,
+                    f"more than {self.server.limits.max_header_bytes} bytes of request headers",
+                )
                 self.close_with(_TOO_LARGE_ANSWER)
                 return
         self.inner.data_received(data)
@@ -133,8 +146,12 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.in_request and not self.closed:
-            self.server.reject("client_gone", self.peer, "closed before its response was sent"
-                               + (f" ({_reason(exc)})" if exc is not None else ""), level=logging.INFO)
+            self.server.reject(
+                "client_gone",
+                self.peer,
+                "closed before its response was sent" + (f" ({_reason(exc)})" if exc is not None else ""),
+                level=logging.INFO,
+            )
         self.closed = True
         self.cancel_deadline()
         if self.inner is not None:
@@ -148,8 +165,7 @@ class Connection(asyncio.Protocol):
         """Close the connection `seconds` from the start of this phase unless a request arrives."""
         self.cancel_deadline()
         loop = asyncio.get_running_loop()
-        self.deadline = loop.call_at(loop.time() + max(0.0, self.since + seconds - time.monotonic()),
-                                     self._expired)
+        self.deadline = loop.call_at(loop.time() + max(0.0, self.since + seconds - time.monotonic()), self._expired)
 
     def cancel_deadline(self) -> None:
         if self.deadline is not None:
@@ -161,8 +177,9 @@ class Connection(asyncio.Protocol):
         if self.closed or self.in_request:
             return
         if self.header_bytes or not self.requests:  # no request, or part of one, never all its headers
-            self.server.reject("header_timeout", self.peer, "request headers not complete in time; closed "
-                               "without a response")
+            self.server.reject(
+                "header_timeout", self.peer, "request headers not complete in time; closed without a response"
+            )
         self.abort()
 
     def begin_request(self) -> None:
@@ -210,5 +227,9 @@ def _reason(exc: BaseException) -> str:
 
 def describe_limits(limits: Limits) -> dict[str, Any]:
     """The limits, for the start-up log line."""
-    return {"max_connections": limits.max_connections, "header_timeout_s": limits.header_timeout_s,
-            "idle_timeout_s": limits.idle_timeout_s, "max_header_bytes": limits.max_header_bytes}
+    return {
+        "max_connections": limits.max_connections,
+        "header_timeout_s": limits.header_timeout_s,
+        "idle_timeout_s": limits.idle_timeout_s,
+        "max_header_bytes": limits.max_header_bytes,
+    }

@@ -40,9 +40,11 @@ Render = Callable[[str], tuple[bytes, str]]
 """`Accept` header -> (body, content type): `Service.render`."""
 Readiness = Callable[[], tuple[bool, str]]
 
-INDEX = (b"<html><head><title>warpwatch</title></head><body><h1>warpwatch</h1>"
-         b'<p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a> '
-         b'<a href="/readyz">/readyz</a></p></body></html>\n')
+INDEX = (
+    b"<html><head><title>warpwatch</title></head><body><h1>warpwatch</h1>"
+    b'<p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a> '
+    b'<a href="/readyz">/readyz</a></p></body></html>\n'
+)
 TEXT = "text/plain; charset=utf-8"
 
 
@@ -71,22 +73,39 @@ def accepts_gzip(accept_encoding: str) -> bool:
 class Endpoints:
     """The request handler: `await endpoints.respond(request, client)` -> the response to send."""
 
-    def __init__(self, render: Render, readiness: Readiness, web: WebConfig | None = None, *,
-                 render_workers: int = 2, auth_workers: int = 2, auth_per_client: int = 4,
-                 auth_total: int = 64, evidence: EvidenceStore | None = None) -> None:
+    def __init__(
+        self,
+        render: Render,
+        readiness: Readiness,
+        web: WebConfig | None = None,
+        *,
+        render_workers: int = 2,
+        auth_workers: int = 2,
+        auth_per_client: int = 4,
+        auth_total: int = 64,
+        evidence: EvidenceStore | None = None,
+    ) -> None:
         self.render = render
         self.evidence = evidence
         self.readiness = readiness
         self.web = web
-        self.auth = (AuthQueue(web, workers=auth_workers, per_client=auth_per_client, total=auth_total)
-                     if web is not None and web.auth_required else None)
+        self.auth = (
+            AuthQueue(web, workers=auth_workers, per_client=auth_per_client, total=auth_total)
+            if web is not None and web.auth_required
+            else None
+        )
         self._pool = ThreadPoolExecutor(max_workers=render_workers, thread_name_prefix="warpwatch-render")
         self._headers = dict(web.headers) if web is not None else {}
 
-    def _reply(self, status: int, body: bytes, content_type: str = TEXT,
-               headers: dict[str, str] | None = None) -> web.Response:
-        all_headers = {"Content-Type": content_type, "Server": f"warpwatch/{__version__}", **self._headers,
-                       **(headers or {})}
+    def _reply(
+        self, status: int, body: bytes, content_type: str = TEXT, headers: dict[str, str] | None = None
+    ) -> web.Response:
+        all_headers = {
+            "Content-Type": content_type,
+            "Server": f"warpwatch/{__version__}",
+            **self._headers,
+            **(headers or {}),
+        }
         return web.Response(status=status, body=body, headers=all_headers)
 
     async def respond(self, request: web.BaseRequest, client: str) -> web.Response:
@@ -95,11 +114,13 @@ class Endpoints:
         if self.auth is not None:
             allowed = await self.auth.check(client, request.headers.get("Authorization"))
             if allowed is None:
-                return self._reply(429, b"too many authentication attempts waiting; retry later\n",
-                                   headers={"Retry-After": "1"})
+                return self._reply(
+                    429, b"too many authentication attempts waiting; retry later\n", headers={"Retry-After": "1"}
+                )
             if not allowed:
-                return self._reply(401, b"unauthorized\n",
-                                   headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
+                return self._reply(
+                    401, b"unauthorized\n", headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'}
+                )
         path = request.path
         if path == "/metrics":
             return await self._metrics(request)
@@ -136,8 +157,9 @@ class Endpoints:
             return self._reply(404, b"not found: no kept window has this id (GET /evidence lists them)\n")
         if not kid:
             return self._reply(200, body, "application/json")
-        return self._reply(200, body, "application/gzip",
-                           {"Content-Disposition": f'attachment; filename="{kid}.trace.json.gz"'})
+        return self._reply(
+            200, body, "application/gzip", {"Content-Disposition": f'attachment; filename="{kid}.trace.json.gz"'}
+        )
 
     async def _metrics(self, request: web.BaseRequest) -> web.Response:
         accept = request.headers.get("Accept", "")
@@ -152,8 +174,12 @@ class Endpoints:
         except Exception as exc:  # a bug: answer 500, keep serving
             event(log, "scrape_failed", logging.ERROR, exc_info=exc, error=f"{type(exc).__name__}: {exc}")
             return self._reply(500, b"internal error while collecting metrics; see the agent's log\n")
-        return self._reply(200, body, content_type, {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
-                           if gz else {"Vary": "Accept-Encoding"})
+        return self._reply(
+            200,
+            body,
+            content_type,
+            {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gz else {"Vary": "Accept-Encoding"},
+        )
 
     def close(self) -> None:
         """Stop the worker threads: what waits is cancelled, what runs finishes (joined)."""

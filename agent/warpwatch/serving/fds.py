@@ -66,5 +66,4 @@ def http_limits(limits: Limits, soft: int | None = None) -> Limits:
     # Evicted sockets not yet closed: what the budget leaves, plus a quarter of the reserve (an
     # idle agent holds about 20 of its 64).
     evictions = max(1, min(limits.evictions_per_yield, budget - refusals - connections + FD_RESERVE // 4))
-    return replace(limits, max_connections=connections, refusals_in_flight=refusals,
-                   evictions_per_yield=evictions)
+    return replace(limits, max_connections=connections, refusals_in_flight=refusals, evictions_per_yield=evictions)

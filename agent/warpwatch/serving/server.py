@@ -71,14 +71,25 @@ REJECT_REASONS: tuple[str, ...] = (
 """`reason` label values of `warpwatch_http_rejected_total`: public API, like metric names."""
 
 
-_BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 42\r\n\r\n"
-                b"too many connections to warpwatch; retry\r\n\n")
+_BUSY_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 42\r\n\r\n"
+    b"too many connections to warpwatch; retry\r\n\n"
+)
+
+
 class HttpServer:
     """Serves `endpoints` on (address, port) with `limits` (module doc): `start()`, `port`, `stop()`."""
 
-    def __init__(self, endpoints: Endpoints, address: str, port: int, *, web: WebConfig | None = None,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        address: str,
+        port: int,
+        *,
+        web: WebConfig | None = None,
+        limits: Limits | None = None,
+    ) -> None:
         self.endpoints = endpoints
         self.address = address
         self.requested_port = port
@@ -113,8 +124,9 @@ class HttpServer:
     def start(self) -> None:
         """Bind and serve in a thread of its own; WarpwatchError when the address cannot be bound."""
         try:
-            infos = socket.getaddrinfo(self.address, self.requested_port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
+            infos = socket.getaddrinfo(
+                self.address, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
             family, _, _, _, sockaddr = infos[0]
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -127,7 +139,8 @@ class HttpServer:
         except OSError as exc:
             raise WarpwatchError(
                 f"cannot listen on {self.address}:{self.requested_port}: {exc.strerror or exc}; "
-                "choose another address or port with --address / --port") from None
+                "choose another address or port with --address / --port"
+            ) from None
         sock.setblocking(False)
         self._sock = sock
         self._thread = threading.Thread(target=self._run, name="warpwatch-http", daemon=True)
@@ -147,9 +160,13 @@ class HttpServer:
 
     async def _serve(self) -> None:
         self._web_server = web.Server(
-            self._handle, access_log=None, logger=AiohttpLog(self._repeats, self.count),
+            self._handle,
+            access_log=None,
+            logger=AiohttpLog(self._repeats, self.count),
             keepalive_timeout=self.limits.idle_timeout_s + 5.0,  # ours (`idle_timeout_s`) comes first
-            max_line_size=8190, max_field_size=8190)
+            max_line_size=8190,
+            max_field_size=8190,
+        )
         self._stopping = asyncio.Event()
         self._accepting = asyncio.create_task(self._accept_loop())
         self._started.set()
@@ -243,8 +260,15 @@ class HttpServer:
         longest-waiting idle connection is closed so that the waiting one (a scraper, most likely)
         gets its descriptor; the wait doubles from 10 ms to 1 s while accept() keeps failing."""
         self.count("accept_failed")
-        limited_event(log, self._repeats, ("accept", exc.errno), "http_accept_failed", logging.WARNING,
-                      error=exc.strerror or str(exc), connections=len(self._conns))
+        limited_event(
+            log,
+            self._repeats,
+            ("accept", exc.errno),
+            "http_accept_failed",
+            logging.WARNING,
+            error=exc.strerror or str(exc),
+            connections=len(self._conns),
+        )
         if exc.errno in (errno.EMFILE, errno.ENFILE):
             self._evict()
         return float(min(1.0, 0.01 * 2 ** min(failures - 1, 7)))
@@ -255,15 +279,20 @@ class HttpServer:
         if not idle:
             return False
         oldest = min(idle, key=lambda c: c.since)
-        self.reject("evicted", oldest.peer, "closed to make room for a new connection (connection bound reached)",
-                    level=logging.INFO)
+        self.reject(
+            "evicted",
+            oldest.peer,
+            "closed to make room for a new connection (connection bound reached)",
+            level=logging.INFO,
+        )
         oldest.abort()
         self._conns.pop(oldest, None)
         return True
 
     def _refuse(self, sock: socket.socket, peer: str) -> None:
-        self.reject("too_many_connections", peer,
-                    f"{self.limits.max_connections} connections are serving requests; refused")
+        self.reject(
+            "too_many_connections", peer, f"{self.limits.max_connections} connections are serving requests; refused"
+        )
         if self.tls is not None or self._refusing >= self.limits.refusals_in_flight:
             sock.close()
             return
@@ -290,8 +319,12 @@ class HttpServer:
             else:
                 await asyncio.wait_for(self._open_tls(conn, limit), limit)
         except (asyncio.TimeoutError, TimeoutError):
-            self.reject("header_timeout" if self._contexts is None else "tls_failed", conn.peer,
-                        "TLS handshake not complete in time", level=logging.DEBUG)
+            self.reject(
+                "header_timeout" if self._contexts is None else "tls_failed",
+                conn.peer,
+                "TLS handshake not complete in time",
+                level=logging.DEBUG,
+            )
             conn.abort()
             return
         except asyncio.CancelledError:
@@ -319,8 +352,7 @@ class HttpServer:
             conn.abort()
             return
         assert self._contexts is not None
-        await loop.connect_accepted_socket(lambda: conn, sock, ssl=self._contexts.get(),
-                                           ssl_handshake_timeout=limit)
+        await loop.connect_accepted_socket(lambda: conn, sock, ssl=self._contexts.get(), ssl_handshake_timeout=limit)
 
     # ------------------------------------------------------------------ requests
 
@@ -338,7 +370,8 @@ class HttpServer:
                     request = request.clone()
                     request._version = HttpVersion11
                 response: web.StreamResponse = web.Response(
-                    status=505, text="HTTP/1.0 or HTTP/1.1 only\n", headers={"Connection": "close"})
+                    status=505, text="HTTP/1.0 or HTTP/1.1 only\n", headers={"Connection": "close"}
+                )
                 response.force_close()
             else:
                 response = await self.endpoints.respond(request, conn.peer)
@@ -349,8 +382,11 @@ class HttpServer:
             try:
                 await asyncio.wait_for(self._send(request, response), self.limits.write_timeout_s)
             except (asyncio.TimeoutError, TimeoutError):
-                self.reject("slow_reader", conn.peer,
-                            f"response not read within {self.limits.write_timeout_s:g}s; connection closed")
+                self.reject(
+                    "slow_reader",
+                    conn.peer,
+                    f"response not read within {self.limits.write_timeout_s:g}s; connection closed",
+                )
                 conn.abort()
             except (ConnectionError, RuntimeError):  # reset, or writing to a closing transport:
                 conn.abort()  # counted and logged once, as client_gone, when the connection is lost
@@ -373,12 +409,19 @@ class HttpServer:
         """Count a rejected connection or request and log it: once, then at most once a minute per
         reason with the number left out (`logs.RepeatFilter`)."""
         self.count(reason)
-        limited_event(log, self._repeats, ("http", reason), "http_rejected", level,
-                      reason=reason, client=peer, detail=detail)
+        limited_event(
+            log, self._repeats, ("http", reason), "http_rejected", level, reason=reason, client=peer, detail=detail
+        )
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's own reports (a transport's fatal error...): one rate-limited line, no traceback."""
         exc = context.get("exception")
         error = f"{type(exc).__name__}: {exc}" if exc is not None else str(context.get("message"))
-        limited_event(log, self._repeats, ("asyncio", type(exc).__name__ if exc else "message"), "http_error",
-                      logging.WARNING, error=error)
+        limited_event(
+            log,
+            self._repeats,
+            ("asyncio", type(exc).__name__ if exc else "message"),
+            "http_error",
+            logging.WARNING,
+            error=error,
+        )

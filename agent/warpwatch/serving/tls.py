@@ -37,7 +37,6 @@ from .webconfig import CIPHER_SUITES, CURVES, TLS_VERSIONS, ConfigReader, TLSSer
 log = logging.getLogger("warpwatch.webconfig")
 
 
-
 def server_ssl_context(cfg: WebConfig) -> ssl.SSLContext | None:
     """The server-side SSL context for `cfg`, or None when the file turns TLS off."""
     return None if cfg.tls is None else build_context(cfg, cfg.tls)
@@ -52,6 +51,23 @@ def _no_password() -> bytes:
     raise _KeyIsEncrypted
 
 
+def _load_client_ca(ctx: ssl.SSLContext, r: ConfigReader, tls: TLSServerConfig) -> None:
+    """Verify clients against the configured CA (`client_ca_file` or inline `client_ca`)."""
+    ca_key = f"tls_server_config.{'client_ca_file' if tls.client_ca_file else 'client_ca'}"
+    try:
+        if tls.client_ca_file is not None:
+            ctx.load_verify_locations(cafile=tls.client_ca_file)
+        else:
+            ctx.load_verify_locations(cadata=tls.client_ca)
+    except (ssl.SSLError, ValueError) as exc:
+        raise r.fail(ca_key, f"no usable CA certificate: {_ssl_reason(exc)}") from None
+    except OSError as exc:
+        raise r.fail(ca_key, f"cannot read: {exc.strerror or exc}") from None
+    if not ctx.get_ca_certs():
+        raise r.fail(ca_key, "no CA certificate found in it")
+    ctx.verify_mode = ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+
+
 def build_context(cfg: WebConfig, tls: TLSServerConfig) -> ssl.SSLContext:
     r = ConfigReader(cfg.path)
     k = "tls_server_config"
@@ -64,36 +80,30 @@ def build_context(cfg: WebConfig, tls: TLSServerConfig) -> ssl.SSLContext:
     try:
         ctx.load_cert_chain(tls.cert_file, tls.key_file, password=_no_password)
     except _KeyIsEncrypted:
-        raise r.fail(f"{k}.key_file", f"{os.fspath(tls.key_file)!r} is encrypted; "
-                                      "give an unencrypted key (protect it with file permissions)") from None
+        raise r.fail(
+            f"{k}.key_file",
+            f"{os.fspath(tls.key_file)!r} is encrypted; give an unencrypted key (protect it with file permissions)",
+        ) from None
     except ssl.SSLError as exc:
-        raise r.fail(f"{k}.cert_file", f"cannot load the certificate {os.fspath(tls.cert_file)!r} with the key "
-                                       f"{os.fspath(tls.key_file)!r}: {_ssl_reason(exc)}") from None
+        raise r.fail(
+            f"{k}.cert_file",
+            f"cannot load the certificate {os.fspath(tls.cert_file)!r} with the key "
+            f"{os.fspath(tls.key_file)!r}: {_ssl_reason(exc)}",
+        ) from None
     except OSError as exc:
         raise r.fail(f"{k}.cert_file", f"cannot read: {exc.strerror or exc}") from None
     if tls.client_auth_type != "NoClientCert":
-        ca_key = f"{k}.client_ca_file" if tls.client_ca_file else f"{k}.client_ca"
-        try:
-            if tls.client_ca_file is not None:
-                ctx.load_verify_locations(cafile=tls.client_ca_file)
-            else:
-                ctx.load_verify_locations(cadata=tls.client_ca)
-        except (ssl.SSLError, ValueError) as exc:
-            raise r.fail(ca_key, f"no usable CA certificate: {_ssl_reason(exc)}") from None
-        except OSError as exc:
-            raise r.fail(ca_key, f"cannot read: {exc.strerror or exc}") from None
-        if not ctx.get_ca_certs():
-            raise r.fail(ca_key, "no CA certificate found in it")
-        ctx.verify_mode = ssl.CERT_REQUIRED if tls.client_auth_type == "RequireAndVerifyClientCert" \
-            else ssl.CERT_OPTIONAL
+        _load_client_ca(ctx, r, tls)
     if tls.cipher_suites:
         names = [n for n in (CIPHER_SUITES[s] for s in tls.cipher_suites) if n is not None]
         if names:
             try:
                 ctx.set_ciphers(":".join(names))
             except ssl.SSLError:
-                raise r.fail(f"{k}.cipher_suites", "none of these cipher suites is available in this "
-                                                   f"OpenSSL ({ssl.OPENSSL_VERSION})") from None
+                raise r.fail(
+                    f"{k}.cipher_suites",
+                    f"none of these cipher suites is available in this OpenSSL ({ssl.OPENSSL_VERSION})",
+                ) from None
     if tls.prefer_server_cipher_suites:
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     else:
@@ -145,12 +155,21 @@ class _ContextHolder:
                     self.context = build_context(self.cfg, self.tls)
                     self.stamp = stamp
                     self.failed_stamp = None
-                    event(log, "tls_reloaded", web_config=os.fspath(self.cfg.path),
-                          cert_file=os.fspath(self.tls.cert_file))
+                    event(
+                        log,
+                        "tls_reloaded",
+                        web_config=os.fspath(self.cfg.path),
+                        cert_file=os.fspath(self.tls.cert_file),
+                    )
                 except ConfigError as exc:  # e.g. a half-written rotation: keep serving the old one
                     self.failed_stamp = stamp
-                    event(log, "tls_reload_failed", logging.WARNING, error=str(exc),
-                          action="kept the previous certificate")
+                    event(
+                        log,
+                        "tls_reload_failed",
+                        logging.WARNING,
+                        error=str(exc),
+                        action="kept the previous certificate",
+                    )
             return self.context
 
 
@@ -167,8 +186,10 @@ def _san_allowed(cert: Any, allowed: tuple[str, ...]) -> bool:
     return False
 
 
-PLAIN_HTTP_ANSWER = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                     b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+PLAIN_HTTP_ANSWER = (
+    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+)
 """The answer to plain HTTP on the TLS port, as Go's servers give it."""
 
 

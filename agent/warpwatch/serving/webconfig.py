@@ -78,54 +78,83 @@ _UNSUPPORTED_CLIENT_AUTH = {
     "RequireAnyClientCert": "requires a client certificate without verifying it",
     "RequireClientCert": "requires a client certificate without verifying it",
 }
-TLS_VERSIONS: Mapping[str, ssl.TLSVersion] = MappingProxyType({
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-})
-CIPHER_SUITES: Mapping[str, str | None] = MappingProxyType({
-    # Go's crypto/tls.CipherSuites() names -> OpenSSL names (None: TLS 1.3, not configurable).
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-    "TLS_AES_128_GCM_SHA256": None,
-    "TLS_AES_256_GCM_SHA384": None,
-    "TLS_CHACHA20_POLY1305_SHA256": None,
-})
-_INSECURE_CIPHER_SUITES = frozenset({
-    "TLS_RSA_WITH_RC4_128_SHA", "TLS_RSA_WITH_3DES_EDE_CBC_SHA", "TLS_RSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA", "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
-    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA", "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
-})
-CURVES: Mapping[str, str] = MappingProxyType({
-    "CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519",
-})
-EXTRA_HEADERS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    # header -> accepted values (empty: any), exactly exporter-toolkit's list.
-    "Strict-Transport-Security": (),
-    "X-Content-Type-Options": ("nosniff",),
-    "X-Frame-Options": ("deny", "sameorigin"),
-    "X-XSS-Protection": (),
-    "Content-Security-Policy": (),
-})
+TLS_VERSIONS: Mapping[str, ssl.TLSVersion] = MappingProxyType(
+    {
+        "TLS10": ssl.TLSVersion.TLSv1,
+        "TLS11": ssl.TLSVersion.TLSv1_1,
+        "TLS12": ssl.TLSVersion.TLSv1_2,
+        "TLS13": ssl.TLSVersion.TLSv1_3,
+    }
+)
+CIPHER_SUITES: Mapping[str, str | None] = MappingProxyType(
+    {
+        # Go's crypto/tls.CipherSuites() names -> OpenSSL names (None: TLS 1.3, not configurable).
+        "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+        "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+        "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+        "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+        "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+        "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_AES_128_GCM_SHA256": None,
+        "TLS_AES_256_GCM_SHA384": None,
+        "TLS_CHACHA20_POLY1305_SHA256": None,
+    }
+)
+_INSECURE_CIPHER_SUITES = frozenset(
+    {
+        "TLS_RSA_WITH_RC4_128_SHA",
+        "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+        "TLS_RSA_WITH_AES_128_CBC_SHA256",
+        "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+        "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+        "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+    }
+)
+CURVES: Mapping[str, str] = MappingProxyType(
+    {
+        "CurveP256": "prime256v1",
+        "CurveP384": "secp384r1",
+        "CurveP521": "secp521r1",
+        "X25519": "X25519",
+    }
+)
+EXTRA_HEADERS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # header -> accepted values (empty: any), exactly exporter-toolkit's list.
+        "Strict-Transport-Security": (),
+        "X-Content-Type-Options": ("nosniff",),
+        "X-Frame-Options": ("deny", "sameorigin"),
+        "X-XSS-Protection": (),
+        "Content-Security-Policy": (),
+    }
+)
 
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "rate_limit")
-_TLS_KEYS = ("cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type", "client_ca_file",
-             "client_allowed_sans", "min_version", "max_version", "cipher_suites",
-             "prefer_server_cipher_suites", "curve_preferences")
+_TLS_KEYS = (
+    "cert",
+    "key",
+    "client_ca",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+)
 _HTTP_KEYS = ("http2", "headers")
 _BCRYPT_RE = re.compile(rb"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 _DUMMY_HASH = b"$2b$10$g2JGekG2lg0pVluOIUPhjeTfmSRprJjdGU52ARIKUKeCey68A4/sK"
@@ -172,7 +201,8 @@ class WebConfig:
     http2: bool = True
     """Read and ignored: the server speaks HTTP/1.1 only."""
     basic_auth_users: Mapping[str, bytes] = field(
-        default_factory=lambda: MappingProxyType({}), repr=False, hash=False, compare=False)
+        default_factory=lambda: MappingProxyType({}), repr=False, hash=False, compare=False
+    )
     """user -> bcrypt hash. Kept out of repr() so that the hashes never reach a log."""
 
     @property

@@ -34,7 +34,6 @@ from .webconfig import (
 log = logging.getLogger("warpwatch.webconfig")
 
 
-
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate keys (Go's strict YAML decoding does too)."""
 
@@ -44,15 +43,12 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node)
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
-
-
 
 
 def load_web_config(path: Path) -> WebConfig:
@@ -80,14 +76,17 @@ def load_web_config(path: Path) -> WebConfig:
     headers = _read_headers(r, http.get("headers"))
     users = _read_users(r, top.get("basic_auth_users"))
 
-    cfg = WebConfig(path=path, tls=tls, headers=headers, http2=http2,
-                    basic_auth_users=MappingProxyType(users))
+    cfg = WebConfig(path=path, tls=tls, headers=headers, http2=http2, basic_auth_users=MappingProxyType(users))
     if tls is not None:
         build_context(cfg, tls)  # fail now, not at the first connection
     event(log, "web_config_loaded", **cfg.describe())
     if "http2" in http and http2:
-        event(log, "web_config_http2_ignored", web_config=os.fspath(path),
-              reason="warpwatch serves HTTP/1.1 only; http_server_config.http2 has no effect")
+        event(
+            log,
+            "web_config_http2_ignored",
+            web_config=os.fspath(path),
+            reason="warpwatch serves HTTP/1.1 only; http_server_config.http2 has no effect",
+        )
     return cfg
 
 
@@ -103,19 +102,27 @@ def _yaml_problem(exc: Exception) -> str:
 def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
     k = "tls_server_config"
     t = r.mapping(raw, k, _TLS_KEYS)
-    if not any(t.get(name) not in (None, "") for name in
-               ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")):
+    if not any(
+        t.get(name) not in (None, "")
+        for name in ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type")
+    ):
         # exporter-toolkit: no certificate, key, CA nor client auth set -> plain HTTP.
         for name in t:
             if t[name] not in (None, "", []):
                 raise r.fail(f"{k}.{name}", "set, but TLS is off: cert_file and key_file are missing")
         return None
     if t.get("cert"):
-        raise r.fail(f"{k}.cert", "inline certificates are not supported (Python's ssl loads them from files); "
-                                  "put it in a file and set cert_file")
+        raise r.fail(
+            f"{k}.cert",
+            "inline certificates are not supported (Python's ssl loads them from files); "
+            "put it in a file and set cert_file",
+        )
     if t.get("key"):
-        raise r.fail(f"{k}.key", "inline keys are not supported (Python's ssl loads them from files); "
-                                 "put the key in a file and set key_file")
+        raise r.fail(
+            f"{k}.key",
+            "inline keys are not supported (Python's ssl loads them from files); "
+            "put the key in a file and set key_file",
+        )
     if not t.get("cert_file"):
         raise r.fail(f"{k}.cert_file", "missing (TLS needs cert_file and key_file)")
     if not t.get("key_file"):
@@ -125,8 +132,11 @@ def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
     auth, ca_file, ca_text, sans = _read_client_auth(r, t, k)
     versions = _read_versions(r, t, k)
     suites = _read_cipher_suites(r, t, k)
-    prefer = (r.boolean(t["prefer_server_cipher_suites"], f"{k}.prefer_server_cipher_suites")
-              if t.get("prefer_server_cipher_suites") is not None else True)
+    prefer = (
+        r.boolean(t["prefer_server_cipher_suites"], f"{k}.prefer_server_cipher_suites")
+        if t.get("prefer_server_cipher_suites") is not None
+        else True
+    )
     curves = r.strings(t.get("curve_preferences"), f"{k}.curve_preferences")
     for i, c in enumerate(curves):
         if c not in CURVES:
@@ -134,9 +144,17 @@ def _read_tls(r: ConfigReader, raw: Any) -> TLSServerConfig | None:
     if len(curves) > 1:
         raise r.fail(f"{k}.curve_preferences", "Python's ssl can set only one curve; list exactly one")
     return TLSServerConfig(
-        cert_file=cert_file, key_file=key_file, client_auth_type=auth, client_ca_file=ca_file, client_ca=ca_text,
-        client_allowed_sans=sans, min_version=versions["min_version"], max_version=versions["max_version"],
-        cipher_suites=suites, prefer_server_cipher_suites=prefer, curve_preferences=curves,
+        cert_file=cert_file,
+        key_file=key_file,
+        client_auth_type=auth,
+        client_ca_file=ca_file,
+        client_ca=ca_text,
+        client_allowed_sans=sans,
+        min_version=versions["min_version"],
+        max_version=versions["max_version"],
+        cipher_suites=suites,
+        prefer_server_cipher_suites=prefer,
+        curve_preferences=curves,
     )
 
 
@@ -146,23 +164,32 @@ def _read_client_auth(
     """client_auth_type, client_ca_file, client_ca and client_allowed_sans, checked together."""
     auth = r.string(t.get("client_auth_type") or "NoClientCert", f"{k}.client_auth_type")
     if auth in _UNSUPPORTED_CLIENT_AUTH:
-        raise r.fail(f"{k}.client_auth_type",
-                     f"{auth!r} is not supported: it {_UNSUPPORTED_CLIENT_AUTH[auth]}, which Python's ssl "
-                     "cannot do; use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) with client_ca_file")
+        raise r.fail(
+            f"{k}.client_auth_type",
+            f"{auth!r} is not supported: it {_UNSUPPORTED_CLIENT_AUTH[auth]}, which Python's ssl "
+            "cannot do; use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) with client_ca_file",
+        )
     if auth not in CLIENT_AUTH_TYPES:
         hint = difflib.get_close_matches(auth, CLIENT_AUTH_TYPES, n=1)
-        raise r.fail(f"{k}.client_auth_type", f"unknown value {auth!r}; expected one of "
-                     f"{', '.join(CLIENT_AUTH_TYPES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        raise r.fail(
+            f"{k}.client_auth_type",
+            f"unknown value {auth!r}; expected one of "
+            f"{', '.join(CLIENT_AUTH_TYPES)}" + (f" (did you mean {hint[0]!r}?)" if hint else ""),
+        )
     ca_file = r.file(t["client_ca_file"], f"{k}.client_ca_file") if t.get("client_ca_file") else None
     ca_text = r.string(t["client_ca"], f"{k}.client_ca") if t.get("client_ca") else None
     if ca_file is not None and ca_text is not None:
         raise r.fail(f"{k}.client_ca", "set both client_ca and client_ca_file; keep one")
     if auth == "NoClientCert" and (ca_file or ca_text):
-        raise r.fail(f"{k}.client_auth_type", "client CAs are configured but client_auth_type is NoClientCert; "
-                                              "set RequireAndVerifyClientCert")
+        raise r.fail(
+            f"{k}.client_auth_type",
+            "client CAs are configured but client_auth_type is NoClientCert; set RequireAndVerifyClientCert",
+        )
     if auth != "NoClientCert" and not (ca_file or ca_text):
-        raise r.fail(f"{k}.client_ca_file", f"client_auth_type {auth} needs client_ca_file (the CA that "
-                                            "signs the client certificates)")
+        raise r.fail(
+            f"{k}.client_ca_file",
+            f"client_auth_type {auth} needs client_ca_file (the CA that signs the client certificates)",
+        )
     sans = r.strings(t.get("client_allowed_sans"), f"{k}.client_allowed_sans")
     if sans and auth != "RequireAndVerifyClientCert":
         raise r.fail(f"{k}.client_allowed_sans", "needs client_auth_type RequireAndVerifyClientCert")
@@ -188,8 +215,11 @@ def _read_cipher_suites(r: ConfigReader, t: dict[str, Any], k: str) -> tuple[str
             raise r.fail(f"{k}.cipher_suites[{i}]", f"{s} is insecure; exporter-toolkit does not accept it either")
         if s not in CIPHER_SUITES:
             hint = difflib.get_close_matches(s, CIPHER_SUITES, n=1)
-            raise r.fail(f"{k}.cipher_suites[{i}]", f"unknown cipher suite {s!r}"
-                         + (f"; did you mean {hint[0]!r}?" if hint else "; use Go's crypto/tls names"))
+            raise r.fail(
+                f"{k}.cipher_suites[{i}]",
+                f"unknown cipher suite {s!r}"
+                + (f"; did you mean {hint[0]!r}?" if hint else "; use Go's crypto/tls names"),
+            )
     return suites
 
 
@@ -229,7 +259,10 @@ def _read_users(r: ConfigReader, raw: Any) -> dict[str, bytes]:
             raise r.fail(f"{k}.{user}", "not a bcrypt hash (expected a string like $2b$10$...)")
         m = _BCRYPT_RE.fullmatch(hashed.encode("utf-8", "replace"))
         if m is None or not 4 <= int(m.group(1)) <= 31:
-            raise r.fail(f"{k}.{user}", "not a bcrypt hash (expected $2a$, $2b$ or $2y$, a cost 04-31 and 53 "
-                                        "characters of salt and hash, e.g. from htpasswd -nBC 10 \"\" | tr -d ':\\n')")
+            raise r.fail(
+                f"{k}.{user}",
+                "not a bcrypt hash (expected $2a$, $2b$ or $2y$, a cost 04-31 and 53 "
+                "characters of salt and hash, e.g. from htpasswd -nBC 10 \"\" | tr -d ':\\n')",
+            )
         users[user] = hashed.encode()
     return users

@@ -136,7 +136,8 @@ def _with_launch_api(
                 dims_of[c] = (dims(list(grid)) if grid else None, dims(list(block)) if block else None)
             g, b = dims_of[c]
             launch = msgspec.structs.replace(
-                launch, launch_api=name,
+                launch,
+                launch_api=name,
                 grid=launch.grid if launch.grid is not None else g,
                 block=launch.block if launch.block is not None else b,
             )
@@ -150,4 +151,3 @@ def _distributed(info: object) -> tuple[int | None, int | None]:
     rank = info.get("rank")
     world = info.get("world_size")
     return (rank if is_int(rank) else None, world if is_int(world) else None)
-

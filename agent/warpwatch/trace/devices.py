@@ -57,7 +57,10 @@ def device_properties_from_json(entry: object) -> DeviceProperties:
     arch, uuid = entry.get("gcnArchName"), entry.get("uuid")
     assert isinstance(dev_id, int)
     return DeviceProperties(
-        id=dev_id, name=name, vendor="amd" if amd else "nvidia", **values,
+        id=dev_id,
+        name=name,
+        vendor="amd" if amd else "nvidia",
+        **values,
         arch=arch[:64] if isinstance(arch, str) and arch else None,
         uuid=uuid[:64] if isinstance(uuid, str) and uuid else None,
     )

@@ -126,8 +126,18 @@ def _read(source: Source, path: str, limits: ReadLimits) -> Document | None:
             first = scan(head_events, False, interned, hip=amd or HIP_MARK in bytes(source.window(head_lo, head_hi)))
             last = scan(tail_events, False, interned, hip=amd or HIP_MARK in bytes(source.window(tail_lo, tail_hi)))
             hip = amd
-            scanned = _scan_parallel(source, path, middle, workers, limits, len(first.launches), interned, hip,
-                                     skimming=indent is not None or structural, structural=structural)
+            scanned = _scan_parallel(
+                source,
+                path,
+                middle,
+                workers,
+                limits,
+                len(first.launches),
+                interned,
+                hip,
+                skimming=indent is not None or structural,
+                structural=structural,
+            )
             if scanned is None:
                 return None
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, _Irregular):
@@ -158,8 +168,9 @@ def _looks_like_a_trace(source: Source) -> bool:
     return lead == b"[" or (lead == b"{" and b'"traceEvents"' in start)
 
 
-def _cuts(source: Source, piece: int, indent: bytes | None = None, *,
-          structural: bool = False) -> list[tuple[int, int]] | None:
+def _cuts(
+    source: Source, piece: int, indent: bytes | None = None, *, structural: bool = False
+) -> list[tuple[int, int]] | None:
     """Byte ranges (start, end) that tile the document: the head (up to the first cut between
     two events), pieces of about `piece` bytes, and the tail (the last 64 KiB or so). With
     `indent`, cuts start a line with that indentation (which makes pieces skimmable); when
@@ -215,8 +226,16 @@ def _decode_edge(source: Source, lo: int, hi: int, *, at_start: bool) -> tuple[A
     return top, (events[:-1] if at_start else events[1:])
 
 
-def _scan_range(source: Source, lo: int, hi: int, buf: bytearray, interned: Interned, hip: bool,
-                skimming: bool = False, structural: bool = False) -> Scanned:
+def _scan_range(
+    source: Source,
+    lo: int,
+    hi: int,
+    buf: bytearray,
+    interned: Interned,
+    hip: bool,
+    skimming: bool = False,
+    structural: bool = False,
+) -> Scanned:
     """Decode one piece (a run of whole events) and keep what the Trace needs from it; only its
     GPU events when `skimming` (`skim`; the whole piece when they cannot be told apart), and when
     `structural` only if the piece is balanced (module doc)."""
@@ -253,9 +272,19 @@ class _Cap:
             raise TraceError(self.path, over_budget(self.cap, self.budget), kind="too_large")
 
 
-def _scan_parallel(source: Source, path: str, ranges: Sequence[tuple[int, int]], workers: int,
-                   limits: ReadLimits, already: int, interned: Interned, hip: bool, *,
-                   skimming: bool, structural: bool = False) -> list[Scanned] | None:
+def _scan_parallel(
+    source: Source,
+    path: str,
+    ranges: Sequence[tuple[int, int]],
+    workers: int,
+    limits: ReadLimits,
+    already: int,
+    interned: Interned,
+    hip: bool,
+    *,
+    skimming: bool,
+    structural: bool = False,
+) -> list[Scanned] | None:
     """Scan the pieces in `workers` processes; results in document order, None on any failure.
 
     The piece numbers wait in a pipe that every process reads from, so each takes the next
@@ -332,8 +361,9 @@ class _Child:
         os.close(self.store)
 
 
-def _fork_scanner(source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool, skimming: bool,
-                  structural: bool) -> _Child:
+def _fork_scanner(
+    source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool, skimming: bool, structural: bool
+) -> _Child:
     """A child process that scans the pieces it takes from `todo` and stores each result."""
     notes_r, notes_w = os.pipe()
     store = _scratch_file()

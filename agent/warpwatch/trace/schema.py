@@ -244,9 +244,11 @@ def _scan(events: list[Any], fast: bool, interned: Interned, hip: bool) -> Scann
             kernels.append((ev, ts, dur))
     if fast:
         launches, correlations = _typed_launches(kernels, interned)
-        hip_calls = [(ev.args.correlation, ev.name[:64], ev.args.grid, ev.args.block) for ev in calls
-                     if ev.name is not None and ev.name[:3] == "hip" and ev.args is not None
-                     and ev.args.correlation is not None]
+        hip_calls = [
+            (ev.args.correlation, ev.name[:64], ev.args.grid, ev.args.block)
+            for ev in calls
+            if ev.name is not None and ev.name[:3] == "hip" and ev.args is not None and ev.args.correlation is not None
+        ]
     else:
         launches, correlations = _launches(kernels, interned)
         hip_calls = _hip_calls(c for c in calls if bytes(c.name)[:4] == HIP_MARK)

@@ -107,9 +107,7 @@ class FileStream(Stream):
                 source = os.read(self.fd, READ_BYTES)
                 if not source:
                     self.file_eof = True
-                    raise TraceError(
-                        self.path, "truncated gzip stream (the file ends before the compressed data does)"
-                    )
+                    raise TraceError(self.path, "truncated gzip stream (the file ends before the compressed data does)")
             try:
                 out = d.decompress(source, n)
             except zlib.error as exc:

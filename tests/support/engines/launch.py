@@ -61,8 +61,9 @@ class Engine:
     def post(self, path: str, body: dict[str, Any] | None = None) -> int:
         """A request as a person would send it (curl): the HTTP status."""
         data = json.dumps(body).encode() if body is not None else b""
-        req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 return int(resp.status)

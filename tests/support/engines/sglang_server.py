@@ -54,14 +54,25 @@ def main() -> None:
     args = p.parse_args()
     fam = args.family
     state: dict[str, Any] = {
-        "family": fam, "in_progress": False, "armed": None, "recording_stage": None,
-        "starts": 0, "replaced": 0, "refused": 0,
+        "family": fam,
+        "in_progress": False,
+        "armed": None,
+        "recording_stage": None,
+        "starts": 0,
+        "replaced": 0,
+        "refused": 0,
     }
     lock = threading.Lock()
     writer = Writer(args, state)
     ranks = len(writer.traces)
-    info = {"version": args.version or fam, "tp_size": ranks, "dp_size": 1, "pp_size": 1,
-            "enable_dp_attention": False, "model_path": "stand-in/model"}
+    info = {
+        "version": args.version or fam,
+        "tp_size": ranks,
+        "dp_size": 1,
+        "pp_size": 1,
+        "enable_dp_attention": False,
+        "model_path": "stand-in/model",
+    }
 
     async def server_info(request: web.Request) -> web.Response:
         return web.json_response(info)
@@ -92,8 +103,11 @@ def main() -> None:
             state["armed"] = None
 
     def arm(req: dict[str, Any]) -> None:
-        state["armed"] = {"num_steps": req.get("num_steps") or 1, "profile_id": str(time.time()),
-                          "output_dir": req.get("output_dir") or args.env_dir or "/tmp"}
+        state["armed"] = {
+            "num_steps": req.get("num_steps") or 1,
+            "profile_id": str(time.time()),
+            "output_dir": req.get("output_dir") or args.env_dir or "/tmp",
+        }
         if args.busy:
             threading.Thread(target=record_stages, daemon=True).start()
 

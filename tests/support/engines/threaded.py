@@ -73,8 +73,13 @@ class StandIn:
             def do_GET(self) -> None:
                 self._answer("GET", b"", standin.gets, standin.handle_get)
 
-            def _answer(self, method: str, body: bytes, log: list[Recorded],
-                        handle: Callable[[Recorded], tuple[int, str, bytes]]) -> None:
+            def _answer(
+                self,
+                method: str,
+                body: bytes,
+                log: list[Recorded],
+                handle: Callable[[Recorded], tuple[int, str, bytes]],
+            ) -> None:
                 rec = Recorded(method, self.path, {k: v for k, v in self.headers.items()}, body)
                 with standin._lock:
                     log.append(rec)
@@ -170,8 +175,7 @@ class VllmStandIn(StandIn):
         elif self.active:
             self.active = False
             names = {
-                r: self.trace_dir / f"{self.instance_id}-rank-{r}.{time.time_ns()}.pt.trace.json.gz"
-                for r in range(2)
+                r: self.trace_dir / f"{self.instance_id}-rank-{r}.{time.time_ns()}.pt.trace.json.gz" for r in range(2)
             }
             self.trace_dir.mkdir(parents=True, exist_ok=True)
             self.write_traces(names)

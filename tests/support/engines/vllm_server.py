@@ -39,8 +39,11 @@ def main() -> None:
     p.add_argument("--family", choices=("old", "config"), required=True)
     p.add_argument("--dir", help="the profiler folder; unset: profiling disabled")
     p.add_argument("--front-end-trace", help="AsyncLLM's CPU-only trace (config)")
-    p.add_argument("--stop-delays", default="0", help="seconds each stop holds before writing, one per stop "
-                   "(comma-separated; stops beyond the list hold none)")
+    p.add_argument(
+        "--stop-delays",
+        default="0",
+        help="seconds each stop holds before writing, one per stop (comma-separated; stops beyond the list hold none)",
+    )
     p.add_argument("--instance-id", default="7f3a9c21")
     args = p.parse_args()
     state: dict[str, Any] = {"family": args.family, "active": False, "starts": 0, "stops": 0}

@@ -56,7 +56,7 @@ def main(gpuscan_so: str, windowmath_so: str, count: int, seed: int, plain_so: s
             else:
                 b[at:at] = rng.choice(tokens)
         if rng.random() < 0.3:
-            del b[rng.randrange(len(b) + 1):]
+            del b[rng.randrange(len(b) + 1) :]
         # A buffer of exactly its size (with PYTHONMALLOC=malloc, one malloc'd block, no NUL after
         # it): a read one byte past the end is a heap-buffer-overflow for ASan.
         exact = ctypes.create_string_buffer(bytes(b), len(b)) if b else b""
@@ -74,8 +74,23 @@ def main(gpuscan_so: str, windowmath_so: str, count: int, seed: int, plain_so: s
             n = rng.randrange(0, 60)
             intervals = [(rng.uniform(-1e3, 1e3), rng.uniform(-1e3, 1e3)) for _ in range(n)]
             windowmath.busy_time(intervals, rng.choice([0.0, -1.0, 5.0, 1e3]), rng.randrange(0, 6))
-            launches = [KernelLaunch("k", 0, rng.uniform(0, 100), rng.choice([0.0, 1.0, 200.0]), None, None, None,
-                                     None, None, None, None, None) for _ in range(n)]
+            launches = [
+                KernelLaunch(
+                    "k",
+                    0,
+                    rng.uniform(0, 100),
+                    rng.choice([0.0, 1.0, 200.0]),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+                for _ in range(n)
+            ]
             groups = rng.randrange(1, 4)
             windowmath.group_sums([rng.randrange(groups) for _ in range(n)], groups, launches, 0.0, 100.0, 100.0)
     print(f"fuzzed {pieces} pieces, {answered} answered")

@@ -35,6 +35,13 @@ from .source import (
 )
 
 __all__ = [
-    "ABSTRACT_ADDRESS", "HEADER", "DaemonClient", "KinetoDaemonSource", "MalformedDatagram",
-    "build_config", "encode_message", "parse_datagram", "parse_request",
+    "ABSTRACT_ADDRESS",
+    "HEADER",
+    "DaemonClient",
+    "KinetoDaemonSource",
+    "MalformedDatagram",
+    "build_config",
+    "encode_message",
+    "parse_datagram",
+    "parse_request",
 ]

@@ -53,17 +53,24 @@ class Counters:
     malformed: int = 0
     configs_sent: int = 0
     socket_renewals: int = 0
-    replies_dropped: dict[str, int] = field(
-        default_factory=lambda: {"stale": 0, "send_failed": 0, "unsafe_address": 0})
+    replies_dropped: dict[str, int] = field(default_factory=lambda: {"stale": 0, "send_failed": 0, "unsafe_address": 0})
 
 
 class Responder:
     """Answers the daemon socket for a `KinetoDaemonSource`, sharing its lock, registry and socket;
     `window` is the source's open window (set and cleared under `lock`)."""
 
-    def __init__(self, name: str, trace_dir: Path, activity_types: tuple[str, ...], start_lead_s: float,
-                 client_ttl_s: float, sock: DaemonSocket, clients: ClientRegistry,
-                 changed: threading.Condition) -> None:
+    def __init__(
+        self,
+        name: str,
+        trace_dir: Path,
+        activity_types: tuple[str, ...],
+        start_lead_s: float,
+        client_ttl_s: float,
+        sock: DaemonSocket,
+        clients: ClientRegistry,
+        changed: threading.Condition,
+    ) -> None:
         self.name = name
         self.trace_dir = trace_dir
         self.activity_types = activity_types
@@ -118,8 +125,15 @@ class Responder:
             try:
                 got = self._socket.receive()
             except OSError as exc:
-                limited_event(log, self._repeats, ("receive", exc.errno), "daemon_receive_failed",
-                              logging.WARNING, source=self.name, error=exc.strerror or str(exc))
+                limited_event(
+                    log,
+                    self._repeats,
+                    ("receive", exc.errno),
+                    "daemon_receive_failed",
+                    logging.WARNING,
+                    source=self.name,
+                    error=exc.strerror or str(exc),
+                )
                 return
             if got is None:
                 return
@@ -131,8 +145,15 @@ class Responder:
         except Exception as exc:
             # One bad datagram must never stop the daemon thread.
             self.counters.malformed += 1
-            limited_event(log, self._repeats, ("handle", type(exc).__name__), "daemon_datagram_failed",
-                          logging.ERROR, exc_info=exc, source=self.name)
+            limited_event(
+                log,
+                self._repeats,
+                ("handle", type(exc).__name__),
+                "daemon_datagram_failed",
+                logging.ERROR,
+                exc_info=exc,
+                source=self.name,
+            )
 
     def _renew(self) -> bool:
         """Bind a fresh socket (see `sockets`) and answer, through it, what was still queued on the
@@ -145,9 +166,16 @@ class Responder:
             log.error("%s: lost the daemon socket while renewing it: %s", self.name, exc)
             return False
         self.counters.socket_renewals += 1
-        limited_event(log, self._repeats, ("renewed",), "daemon_socket_renewed", logging.WARNING,
-                      source=self.name, address=self._socket.address,
-                      reason="the send buffer was full of replies that senders never read")
+        limited_event(
+            log,
+            self._repeats,
+            ("renewed",),
+            "daemon_socket_renewed",
+            logging.WARNING,
+            source=self.name,
+            address=self._socket.address,
+            reason="the send buffer was full of replies that senders never read",
+        )
         for got in queued:
             self._handle_safely(got)
         return True
@@ -157,9 +185,16 @@ class Responder:
         with self._lock:
             gone = self._clients.prune(now, self.client_ttl_s)
         for client in gone:
-            limited_event(log, self._client_lines, ("client_forgotten",), "daemon_client_forgotten",
-                          logging.INFO, source=self.name, client=printable(client.key),
-                          reason=f"silent for {self.client_ttl_s:g}s")
+            limited_event(
+                log,
+                self._client_lines,
+                ("client_forgotten",),
+                "daemon_client_forgotten",
+                logging.INFO,
+                source=self.name,
+                client=printable(client.key),
+                reason=f"silent for {self.client_ttl_s:g}s",
+            )
 
     def _handle(self, data: bytes, flags: int, sender: Address | None, arrived: float) -> None:
         if flags & socket.MSG_TRUNC or not sender or sender in (b"", "\0"):
@@ -177,10 +212,18 @@ class Responder:
         if not reply_is_safe(self._socket.own, sender):
             # libkineto at `sender` would abort on a datagram from our address (`wire`).
             self.counters.replies_dropped["unsafe_address"] += 1
-            limited_event(log, self._repeats, ("unsafe_address",), "daemon_client_unanswered", logging.WARNING,
-                          source=self.name, client=printable(sender), address=self._socket.address,
-                          reason=f"the client's {SOCKET_DIR_ENV} is spelled differently from the agent's "
-                                 "and its Kineto would abort on a reply; set both to the same text")
+            limited_event(
+                log,
+                self._repeats,
+                ("unsafe_address",),
+                "daemon_client_unanswered",
+                logging.WARNING,
+                source=self.name,
+                client=printable(sender),
+                address=self._socket.address,
+                reason=f"the client's {SOCKET_DIR_ENV} is spelled differently from the agent's "
+                "and its Kineto would abort on a reply; set both to the same text",
+            )
             return
         if isinstance(message, Request):
             reply = self._on_request(sender, message, arrived)
@@ -193,9 +236,16 @@ class Responder:
         # request, and every later one too: better no answer (`wire`, REPLY_DEADLINE_S).
         if time.monotonic() - arrived > REPLY_DEADLINE_S:
             self.counters.replies_dropped["stale"] += 1
-            limited_event(log, self._repeats, ("stale",), "daemon_reply_dropped", logging.WARNING,
-                          source=self.name, client=printable(sender),
-                          reason=f"request older than {REPLY_DEADLINE_S * 1000:g} ms (the agent was stalled)")
+            limited_event(
+                log,
+                self._repeats,
+                ("stale",),
+                "daemon_reply_dropped",
+                logging.WARNING,
+                source=self.name,
+                client=printable(sender),
+                reason=f"request older than {REPLY_DEADLINE_S * 1000:g} ms (the agent was stalled)",
+            )
             if is_config:
                 self._undeliver(sender)
             return
@@ -210,9 +260,16 @@ class Responder:
         if is_config:
             self._undeliver(sender)
         if gone is not None:
-            limited_event(log, self._client_lines, ("client_undeliverable",), "daemon_client_evicted",
-                          logging.INFO, source=self.name, client=printable(sender),
-                          reason=f"replies could not be sent: {error.strerror or error}")
+            limited_event(
+                log,
+                self._client_lines,
+                ("client_undeliverable",),
+                "daemon_client_evicted",
+                logging.INFO,
+                source=self.name,
+                client=printable(sender),
+                reason=f"replies could not be sent: {error.strerror or error}",
+            )
         if error.errno in (errno.EAGAIN, errno.ENOBUFS) and self._socket.send_buffer_clogged():
             self.clogged = True
 
@@ -221,12 +278,27 @@ class Responder:
         known = sender in self._clients
         client, evicted = self._clients.touch(sender, pids, job_id, now)
         if evicted is not None:
-            limited_event(log, self._client_lines, ("registry_full",), "daemon_client_evicted", logging.WARNING,
-                          source=self.name, client=printable(evicted.key),
-                          reason=f"{self._clients.max_clients} clients registered; made room for a new one")
+            limited_event(
+                log,
+                self._client_lines,
+                ("registry_full",),
+                "daemon_client_evicted",
+                logging.WARNING,
+                source=self.name,
+                client=printable(evicted.key),
+                reason=f"{self._clients.max_clients} clients registered; made room for a new one",
+            )
         if not known:
-            limited_event(log, self._client_lines, ("new_client",), "daemon_client", logging.INFO,
-                          source=self.name, client=printable(sender), pid=pids[0] if pids else None)
+            limited_event(
+                log,
+                self._client_lines,
+                ("new_client",),
+                "daemon_client",
+                logging.INFO,
+                source=self.name,
+                client=printable(sender),
+                pid=pids[0] if pids else None,
+            )
         return client
 
     def _on_request(self, sender: Address, req: Request, arrived: float) -> bytes:

@@ -21,7 +21,7 @@ from .clients import MAX_CLIENTS, ClientRegistry, DaemonClient
 from .files import TraceFiles
 from .serve import Responder
 from .sockets import DaemonSocket
-from .window import Window, closed_result, served_result
+from .window import Served, Window, closed_result, served_result
 from .wire import (
     ABSTRACT_ADDRESS,
     DEFAULT_ACTIVITY_TYPES,
@@ -39,8 +39,15 @@ from .wire import (
 )
 
 __all__ = [
-    "ABSTRACT_ADDRESS", "HEADER", "DaemonClient", "KinetoDaemonSource", "MalformedDatagram",
-    "build_config", "encode_message", "parse_datagram", "parse_request",
+    "ABSTRACT_ADDRESS",
+    "HEADER",
+    "DaemonClient",
+    "KinetoDaemonSource",
+    "MalformedDatagram",
+    "build_config",
+    "encode_message",
+    "parse_datagram",
+    "parse_request",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,8 +118,16 @@ class KinetoDaemonSource(Source):
         in `exits_in_window` once it is seen silent since (gone), or forgotten once it polls again."""
         self._exits_in_window = 0
         self._socket = DaemonSocket(socket_dir, name)
-        self._responder = Responder(name, self.trace_dir, self.activity_types, start_lead_s, client_ttl_s,
-                                    self._socket, self._clients, self._changed)
+        self._responder = Responder(
+            name,
+            self.trace_dir,
+            self.activity_types,
+            start_lead_s,
+            client_ttl_s,
+            self._socket,
+            self._clients,
+            self._changed,
+        )
         self._counters = self._responder.counters
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -140,8 +155,9 @@ class KinetoDaemonSource(Source):
         self._responder.broken = None
         with self._lock:
             self._clients.clear()
-        self._thread = threading.Thread(target=self._responder.serve, args=(self._wake_r, self._stop),
-                                        name=f"warpwatch-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._responder.serve, args=(self._wake_r, self._stop), name=f"warpwatch-{self.name}", daemon=True
+        )
         self._thread.start()
         log.info("%s: answering Kineto clients at %s", self.name, self.address)
 
@@ -188,10 +204,14 @@ class KinetoDaemonSource(Source):
         c = self._counters
         with self._lock:
             self._watch_exits(time.monotonic())
-            return SourceStats(clients=len(self._clients), clients_seen=self._clients.seen,
-                               exits_in_window=self._exits_in_window,
-                               dropped={"malformed": c.malformed}, replies_dropped=dict(c.replies_dropped),
-                               evicted=dict(self._clients.evicted))
+            return SourceStats(
+                clients=len(self._clients),
+                clients_seen=self._clients.seen,
+                exits_in_window=self._exits_in_window,
+                dropped={"malformed": c.malformed},
+                replies_dropped=dict(c.replies_dropped),
+                evicted=dict(self._clients.evicted),
+            )
 
     def _watch_exits(self, now: float) -> None:
         """Count the watched clients that have gone silent since their config (exited, or hung, with
@@ -230,8 +250,10 @@ class KinetoDaemonSource(Source):
         one accept period (1.5 poll intervals + 1 s, at most `MAX_ACCEPT_S`), the start lead, and
         Kineto's file write."""
         with self._lock:
-            interval = max([c.wait_interval(self.poll_interval_hint_s) for c in self._clients.values()],
-                           default=self.poll_interval_hint_s)
+            interval = max(
+                [c.wait_interval(self.poll_interval_hint_s) for c in self._clients.values()],
+                default=self.poll_interval_hint_s,
+            )
         return daemon_window.accept_s(interval) + self.start_lead_s + daemon_window.KINETO_FINISH_S
 
     # ------------------------------------------------------------------ windows
@@ -259,32 +281,20 @@ class KinetoDaemonSource(Source):
         with self._lock:
             self._watch_exits(time.monotonic())
             self._window_seq += 1
-            window = Window.open(f"{int(time.time() * 1000)}-{self._window_seq}", max(1, round(window_s * 1000)),
-                                 self._clients.values(), self.poll_interval_hint_s, timeout_s, time.monotonic(),
-                                 max_newcomers=self._clients.max_clients)
+            window = Window.open(
+                f"{int(time.time() * 1000)}-{self._window_seq}",
+                max(1, round(window_s * 1000)),
+                self._clients.values(),
+                self.poll_interval_hint_s,
+                timeout_s,
+                time.monotonic(),
+                max_newcomers=self._clients.max_clients,
+            )
             self._responder.window = window
         limit = self.start_lead_s + window_s + max(timeout_s, daemon_window.KINETO_FINISH_S)
         results: dict[Address, CapturedWindow] = {}
         try:
-            while True:
-                with self._changed:
-                    self._changed.wait(timeout=0.1)
-                now = time.monotonic()
-                with self._lock:
-                    window.settle(now)
-                    served = list(window.served.values())
-                for item in served:
-                    if item.key not in results:
-                        result = served_result(self.name, self._files, item, now - item.sent_at, limit)
-                        if result is not None:
-                            results[item.key] = result
-                            if result.path is None:
-                                with self._lock:
-                                    self._exit_watch[item.key] = now
-                            if result.path is not None:  # the client's trace is written: its stop took this long
-                                self._stop_seconds.append(max(0.0, time.time() - item.requested[1] / 1e6))
-                if self._stop.is_set() or (not window.accepting and len(results) == len(served)):
-                    break
+            self._await_results(window, limit, results)
         finally:
             with self._lock:
                 window.accepting = False
@@ -296,3 +306,31 @@ class KinetoDaemonSource(Source):
                     self._files.abandon(item.stem)
             self._files.sweep()
         return [results.get(item.key) or closed_result(self.name, item) for item in served] + window.missed(self.name)
+
+    def _await_results(self, window: Window, limit: float, results: dict[Address, CapturedWindow]) -> None:
+        """Fill `results` as each served client of `window` delivers its file or gives up, until
+        every one has (or the source stops)."""
+        while True:
+            with self._changed:
+                self._changed.wait(timeout=0.1)
+            now = time.monotonic()
+            with self._lock:
+                window.settle(now)
+                served = list(window.served.values())
+            for item in served:
+                if item.key not in results:
+                    result = served_result(self.name, self._files, item, now - item.sent_at, limit)
+                    if result is not None:
+                        results[item.key] = result
+                        self._note_result(item, result, now)
+            if self._stop.is_set() or (not window.accepting and len(results) == len(served)):
+                return
+
+    def _note_result(self, item: Served, result: CapturedWindow, now: float) -> None:
+        """A client without a file is watched for its exit; one with its trace written took this
+        long to stop (from the window's end to the file)."""
+        if result.path is None:
+            with self._lock:
+                self._exit_watch[item.key] = now
+        else:
+            self._stop_seconds.append(max(0.0, time.time() - item.requested[1] / 1e6))

@@ -65,12 +65,23 @@ class Window:
     newcomers: int = 0
 
     @classmethod
-    def open(cls, window_id: str, duration_ms: int, clients: Iterable[Client], hint_s: float,
-             timeout_s: float, now: float, max_newcomers: int = MAX_CLIENTS) -> Window:
+    def open(
+        cls,
+        window_id: str,
+        duration_ms: int,
+        clients: Iterable[Client],
+        hint_s: float,
+        timeout_s: float,
+        now: float,
+        max_newcomers: int = MAX_CLIENTS,
+    ) -> Window:
         """A window over the `clients` ready now; with none, it waits for a newcomer at most
         `accept_s(hint_s)` and `timeout_s` (but half a second at least)."""
-        expected = {c.key: (c.pids[0], accept_s(c.wait_interval(hint_s)))
-                    for c in clients if c.can_trace and c.is_live(now, hint_s)}
+        expected = {
+            c.key: (c.pids[0], accept_s(c.wait_interval(hint_s)))
+            for c in clients
+            if c.can_trace and c.is_live(now, hint_s)
+        }
         accept_for = max((wait for _pid, wait in expected.values()), default=0.0)
         if not expected:
             accept_for = min(accept_s(hint_s), max(timeout_s, 0.5))
@@ -96,8 +107,13 @@ class Window:
     def settle(self, now: float) -> None:
         """Stop accepting once the longest wait is over, or every expected client is served or
         was waited for as long as its own interval asks."""
-        if self.accepting and (now > self.accept_until or (self.expected and all(
-                key in self.served or now > self.opened + wait for key, (_pid, wait) in self.expected.items()))):
+        if self.accepting and (
+            now > self.accept_until
+            or (
+                self.expected
+                and all(key in self.served or now > self.opened + wait for key, (_pid, wait) in self.expected.items())
+            )
+        ):
             self.accepting = False
 
     def missed(self, source: str) -> list[CapturedWindow]:
@@ -106,16 +122,25 @@ class Window:
         for key, (pid, wait) in self.expected.items():
             if key in self.served:
                 continue
-            reason = ("was busy with another trace" if key in self.busy
-                      else "did not poll for it (process gone or hung?)")
-            out.append(CapturedWindow(
-                source, None, {"process": str(pid)}, None,
-                f"pid {pid}: no trace config delivered within {wait:.1f} s: the client {reason}", "timed_out"))
+            reason = (
+                "was busy with another trace" if key in self.busy else "did not poll for it (process gone or hung?)"
+            )
+            out.append(
+                CapturedWindow(
+                    source,
+                    None,
+                    {"process": str(pid)},
+                    None,
+                    f"pid {pid}: no trace config delivered within {wait:.1f} s: the client {reason}",
+                    "timed_out",
+                )
+            )
         return out
 
 
-def served_result(source: str, files: TraceFiles, item: Served, waited_s: float,
-                  limit_s: float) -> CapturedWindow | None:
+def served_result(
+    source: str, files: TraceFiles, item: Served, waited_s: float, limit_s: float
+) -> CapturedWindow | None:
     """The client's trace once its file is there; "timed_out" after `limit_s` without one; None
     while it may still come."""
     path = files.find(item.stem, item.pid)
@@ -125,7 +150,10 @@ def served_result(source: str, files: TraceFiles, item: Served, waited_s: float,
     if waited_s <= limit_s:
         return None
     return CapturedWindow(
-        source, None, labels, item.requested,
+        source,
+        None,
+        labels,
+        item.requested,
         f"pid {item.pid}: no trace file {item.stem}_{item.pid}.json in {files.trace_dir} "
         f"{limit_s:.1f} s after sending the config (process gone, start refused, or Kineto wrote "
         "elsewhere: new Kineto writes on-demand traces only under /tmp/ or $KINETO_ONDEMAND_TRACE_DIR)",
@@ -134,6 +162,11 @@ def served_result(source: str, files: TraceFiles, item: Served, waited_s: float,
 
 
 def closed_result(source: str, item: Served) -> CapturedWindow:
-    return CapturedWindow(source, None, {"process": str(item.pid)}, item.requested,
-                          f"pid {item.pid}: source closed before the trace file came", "failed")
-
+    return CapturedWindow(
+        source,
+        None,
+        {"process": str(item.pid)},
+        item.requested,
+        f"pid {item.pid}: source closed before the trace file came",
+        "failed",
+    )

@@ -71,8 +71,12 @@ class ProfilingServerSource(Source):
         self.trace_dir = options.trace_dir
         self._closed = threading.Event()
         self._client = ServerClient(
-            self.name, self.url, token_env=options.token_env, max_retries=options.max_retries,
-            retry_pause_s=options.retry_pause_s, closed=self._closed,
+            self.name,
+            self.url,
+            token_env=options.token_env,
+            max_retries=options.max_retries,
+            retry_pause_s=options.retry_pause_s,
+            closed=self._closed,
         )
         self._backoff = Backoff(options)
         self._files = SessionFiles(options, dialect, self._closed)
@@ -151,16 +155,23 @@ class ProfilingServerSource(Source):
         if not self._stops.previous_answered(out):
             return out
         # A session of ours may still run (its stop failed or went unanswered): end it first.
-        if (self._stops.maybe_active and self._backoff.over()
-                and (ended := self._stops.end_leftover_session()) is not None):
+        if (
+            self._stops.maybe_active
+            and self._backoff.over()
+            and (ended := self._stops.end_leftover_session()) is not None
+        ):
             return [*out, *ended]
         if (late := self._files.late) is not None:
             if late.given_up:
-                self._backoff.skip("previous_flush_pending",
-                                   "the previous window's trace files are still being written")
+                self._backoff.skip(
+                    "previous_flush_pending", "the previous window's trace files are still being written"
+                )
             else:
-                self._backoff.skip("session_pending", "the previous step-bounded profile has not written all "
-                                   "its traces yet (it records when requests come)")
+                self._backoff.skip(
+                    "session_pending",
+                    "the previous step-bounded profile has not written all "
+                    "its traces yet (it records when requests come)",
+                )
             return out
         if self._backoff.waiting():
             return out
@@ -173,8 +184,9 @@ class ProfilingServerSource(Source):
             self._served.ended()
         return out
 
-    def _session(self, before: frozenset[str], start_wall: float, requested: tuple[float, float] | None,
-                 quiet_s: float) -> Session:
+    def _session(
+        self, before: frozenset[str], start_wall: float, requested: tuple[float, float] | None, quiet_s: float
+    ) -> Session:
         return Session(before, start_wall, requested, self.dialect.expected(self.options.expected_files), quiet_s)
 
     def _window(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
@@ -223,8 +235,9 @@ class ProfilingServerSource(Source):
         and whether the request reached the server without an answer (it may have been taken)."""
         step_bounded = self.dialect.step_bounded()
         try:
-            reply = self._client.request("POST", "/start_profile", self.dialect.start_body(),
-                                         self.options.request_timeout_s)
+            reply = self._client.request(
+                "POST", "/start_profile", self.dialect.start_body(), self.options.request_timeout_s
+            )
         except RequestFailed as exc:
             if exc.delivered and not step_bounded:
                 self._stops.maybe_active = True
@@ -256,8 +269,11 @@ class ProfilingServerSource(Source):
         deadline = time.monotonic() + max(0.0, window_s) + self._budget(timeout_s)
         while True:
             out.extend(self._files.sweep_late())
-            if (self._files.late is None or time.monotonic() >= deadline
-                    or self._closed.wait(self.options.poll_interval_s)):
+            if (
+                self._files.late is None
+                or time.monotonic() >= deadline
+                or self._closed.wait(self.options.poll_interval_s)
+            ):
                 return out
 
     def _start_refused(self, reply: Reply, error: str) -> CapturedWindow:
@@ -276,8 +292,11 @@ class ProfilingServerSource(Source):
             )
             return self._backoff.fail(message)
         if (reason := self.dialect.refusal_reason(reply)) == "profile_in_use":
-            return self._backoff.refuse(reason, f"a profile is already running on the server, someone else's "
-                                        f"(POST /start_profile -> {error}); not started, to leave it alone")
+            return self._backoff.refuse(
+                reason,
+                f"a profile is already running on the server, someone else's "
+                f"(POST /start_profile -> {error}); not started, to leave it alone",
+            )
         if reason is not None:
             return self._backoff.refuse(reason, f"POST /start_profile -> {error}")
         return self._backoff.fail(f"POST /start_profile -> {error}")

@@ -116,8 +116,16 @@ class ServerClient:
         self._closed = closed
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
-    def request(self, method: str, path: str, body: bytes | None, timeout: float,
-                deadline: float | None = None, *, wait_past_deadline: bool = False) -> Reply:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        timeout: float,
+        deadline: float | None = None,
+        *,
+        wait_past_deadline: bool = False,
+    ) -> Reply:
         """One request, retried while the attempts never reached the server; with a `deadline`
         (a `time.monotonic()` time), no retry starts after it, and no attempt waits past it unless
         `wait_past_deadline` (then each attempt waits for its answer up to `timeout`)."""
@@ -176,9 +184,7 @@ class ServerClient:
         except TimeoutError:
             raise RequestFailed(f"no answer within {timeout:g} s", delivered=True, timed_out=True) from None
         except (http.client.RemoteDisconnected, ConnectionError) as err:
-            raise RequestFailed(
-                f"connection closed by the server ({_describe_oserror(err)})", delivered=True
-            ) from None
+            raise RequestFailed(f"connection closed by the server ({_describe_oserror(err)})", delivered=True) from None
         except (OSError, http.client.HTTPException) as err:
             raise RequestFailed(_describe_oserror(err), delivered=True) from None
 
@@ -190,8 +196,9 @@ class InFlight:
     can take minutes), and a start sent then is queued behind the flush and begins a session
     nobody asked for at that time."""
 
-    def __init__(self, client: ServerClient, method: str, path: str, body: bytes | None,
-                 timeout: float, retry_deadline: float) -> None:
+    def __init__(
+        self, client: ServerClient, method: str, path: str, body: bytes | None, timeout: float, retry_deadline: float
+    ) -> None:
         self.path = path
         self.reply: Reply | None = None
         self.error: RequestFailed | None = None

@@ -138,6 +138,7 @@ class Dialect:
         """How to turn the server's profiler on, with the folder the agent reads."""
         raise NotImplementedError
 
-    def inspect_windows(self, source: str, trace_dir: Path, windows: list[CapturedWindow],
-                        files: Mapping[str, int]) -> None:
+    def inspect_windows(
+        self, source: str, trace_dir: Path, windows: list[CapturedWindow], files: Mapping[str, int]
+    ) -> None:
         """Sees each round's windows (and the trace files counted by kind) before the service does."""

@@ -126,7 +126,10 @@ class SessionFiles:
                 action = "deleted" if self.delete_processed else "left in place"
                 log.warning(
                     "%s: trace file %s still incomplete %.0f s after its window timed out; given up (%s)",
-                    self.name, name, self.late_timeout_s, action,
+                    self.name,
+                    name,
+                    self.late_timeout_s,
+                    action,
                 )
                 if self.delete_processed:
                     _DeleteWhenProcessed(self.name, path)(True)
@@ -140,12 +143,15 @@ class SessionFiles:
             if not self._dialect.is_worker_trace(name):
                 continue
             size = session.tracker.size(session.pending[name])
-            out.append(self._timed_out(
-                f"trace file {name} still incomplete ({size if size is not None else '?'} bytes, "
-                f"not a complete gzip/JSON file) {budget:g} s after stop_profile; "
-                "raise flush_timeout_s (and the service's time-out) if flushing is this slow",
-                self._dialect.labels_for(name), requested,
-            ))
+            out.append(
+                self._timed_out(
+                    f"trace file {name} still incomplete ({size if size is not None else '?'} bytes, "
+                    f"not a complete gzip/JSON file) {budget:g} s after stop_profile; "
+                    "raise flush_timeout_s (and the service's time-out) if flushing is this slow",
+                    self._dialect.labels_for(name),
+                    requested,
+                )
+            )
         names = [*session.handed, *(n for n in session.pending if self._dialect.is_worker_trace(n))]
         found = len(names)
         want = session.want
@@ -154,31 +160,38 @@ class SessionFiles:
             if len(ranks) == found and all(r.isdigit() for r in ranks):
                 missing = sorted(set(range(want)) - {int(r) for r in ranks})[: want - found]
                 for rank in missing:
-                    out.append(self._timed_out(
-                        f"no trace file for rank {rank} in {self.trace_dir} {budget:g} s after stop_profile "
-                        f"(expected {want} files, found {found})",
-                        {"rank": str(rank)}, requested,
-                    ))
+                    out.append(
+                        self._timed_out(
+                            f"no trace file for rank {rank} in {self.trace_dir} {budget:g} s after stop_profile "
+                            f"(expected {want} files, found {found})",
+                            {"rank": str(rank)},
+                            requested,
+                        )
+                    )
             else:
                 for _ in range(want - found):
-                    out.append(self._timed_out(
-                        f"expected {want} trace files in {self.trace_dir}, found {found} "
-                        f"{budget:g} s after stop_profile",
-                        {}, requested,
-                    ))
+                    out.append(
+                        self._timed_out(
+                            f"expected {want} trace files in {self.trace_dir}, found {found} "
+                            f"{budget:g} s after stop_profile",
+                            {},
+                            requested,
+                        )
+                    )
         elif found == 0:
-            out.append(self._timed_out(
-                f"no new trace file in {self.trace_dir} {budget:g} s after stop_profile; check that this "
-                f"is the server's trace folder as the agent sees it. {self._dialect.enable_hint()}",
-                {}, requested,
-            ))
+            out.append(
+                self._timed_out(
+                    f"no new trace file in {self.trace_dir} {budget:g} s after stop_profile; check that this "
+                    f"is the server's trace folder as the agent sees it. {self._dialect.enable_hint()}",
+                    {},
+                    requested,
+                )
+            )
         for w in out:
             log.warning("%s: %s", self.name, w.error)
         return out
 
-    def _timed_out(
-        self, error: str, labels: dict[str, str], requested: tuple[float, float] | None
-    ) -> CapturedWindow:
+    def _timed_out(self, error: str, labels: dict[str, str], requested: tuple[float, float] | None) -> CapturedWindow:
         return CapturedWindow(
             source=self.name, path=None, labels=labels, requested=requested, error=error, outcome="timed_out"
         )
@@ -198,6 +211,4 @@ class _DeleteWhenProcessed:
         try:
             self.path.unlink(missing_ok=True)
         except OSError as exc:
-            log.warning(
-                "%s: cannot delete processed trace %s: %s", self.source, self.path, exc.strerror or exc
-            )
+            log.warning("%s: cannot delete processed trace %s: %s", self.source, self.path, exc.strerror or exc)

@@ -13,8 +13,13 @@ from ...units import check_seconds
 DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
 
 _SECONDS = (
-    "request_timeout_s", "flush_timeout_s", "backoff_s", "max_backoff_s", "poll_interval_s",
-    "late_timeout_s", "settle_quiet_s",
+    "request_timeout_s",
+    "flush_timeout_s",
+    "backoff_s",
+    "max_backoff_s",
+    "poll_interval_s",
+    "late_timeout_s",
+    "settle_quiet_s",
 )
 
 
@@ -58,9 +63,14 @@ class ServerOptions:
         if not self.token_env:
             raise ConfigError(f"{prefix}token_env must name an environment variable")
         url = url.rstrip("/")
-        self._set(url=url, name=self.name or f"{self.kind}:{url}", trace_dir=Path(self.trace_dir),
-                  max_retries=int(self.max_retries), retry_pause_s=float(self.retry_pause_s),
-                  **{setting: float(getattr(self, setting)) for setting in _SECONDS})
+        self._set(
+            url=url,
+            name=self.name or f"{self.kind}:{url}",
+            trace_dir=Path(self.trace_dir),
+            max_retries=int(self.max_retries),
+            retry_pause_s=float(self.retry_pause_s),
+            **{setting: float(getattr(self, setting)) for setting in _SECONDS},
+        )
 
     def _set(self, **values: object) -> None:
         for key, value in values.items():

@@ -51,7 +51,7 @@ def histogram_sums(text: str, names: tuple[str, ...]) -> Sums | None:
 def _samples(text: str, sample: str) -> list[float] | None:
     out: list[float] = []
     for line in text.splitlines():
-        rest = line[len(sample):]
+        rest = line[len(sample) :]
         if not line.startswith(sample) or rest[:1] not in ("{", " "):
             continue
         value = (rest.rsplit("}", 1)[-1] if rest.startswith("{") else rest).split()
@@ -70,8 +70,14 @@ class ServedLatency:
     next) out. After the first read that finds no histogram (an empty text for a server without
     `/metrics`), it stops asking (logged once). No `names`: never asks."""
 
-    def __init__(self, names: tuple[str, ...], read: Callable[[], str | None], *, name: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        read: Callable[[], str | None],
+        *,
+        name: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._names = names
         self._read = read
         self._name = name
@@ -91,8 +97,11 @@ class ServedLatency:
         self._start = None if sample is None else (sample, self._clock())
         if sample is not None and self._last_end is not None and sample.tokens >= self._last_end.tokens:
             s = self._split
-            self._split = replace(s, outside_s=s.outside_s + sample.seconds - self._last_end.seconds,
-                                  outside_tokens=s.outside_tokens + sample.tokens - self._last_end.tokens)
+            self._split = replace(
+                s,
+                outside_s=s.outside_s + sample.seconds - self._last_end.seconds,
+                outside_tokens=s.outside_tokens + sample.tokens - self._last_end.tokens,
+            )
         self._last_end = None
 
     def ended(self) -> None:
@@ -101,9 +110,13 @@ class ServedLatency:
         if start is None or sample is None or sample.tokens < start[0].tokens:
             return  # a restarted server resets its counters: that window is left out
         s = self._split
-        self._split = replace(s, inside_s=s.inside_s + sample.seconds - start[0].seconds,
-                              inside_tokens=s.inside_tokens + sample.tokens - start[0].tokens,
-                              inside_wall_s=s.inside_wall_s + self._clock() - start[1], windows=s.windows + 1)
+        self._split = replace(
+            s,
+            inside_s=s.inside_s + sample.seconds - start[0].seconds,
+            inside_tokens=s.inside_tokens + sample.tokens - start[0].tokens,
+            inside_wall_s=s.inside_wall_s + self._clock() - start[1],
+            windows=s.windows + 1,
+        )
         self._last_end = sample
         self._measured = self._measured or s.outside_tokens > 0
 
@@ -116,6 +129,9 @@ class ServedLatency:
         totals = histogram_sums(text, self._names)
         if totals is None:
             self._enabled = False
-            log.info("%s: the server's /metrics has no %s histogram: the served slowdown is not measured",
-                     self._name, " or ".join(self._names))
+            log.info(
+                "%s: the server's /metrics has no %s histogram: the served slowdown is not measured",
+                self._name,
+                " or ".join(self._names),
+            )
         return totals

@@ -86,9 +86,15 @@ class SglangDialect(Dialect):
 
     requests_before_start = 2  # GET /get_server_info, then /server_info where that is gone
 
-    def __init__(self, server_trace_dir: str, activities: Sequence[str] = ("GPU",), with_stack: bool = False,
-                 record_shapes: bool = False, profiler_dir_env: bool = False,
-                 num_steps: int = DEFAULT_NUM_STEPS) -> None:
+    def __init__(
+        self,
+        server_trace_dir: str,
+        activities: Sequence[str] = ("GPU",),
+        with_stack: bool = False,
+        record_shapes: bool = False,
+        profiler_dir_env: bool = False,
+        num_steps: int = DEFAULT_NUM_STEPS,
+    ) -> None:
         acts = [a.upper() for a in activities]
         if not acts or any(a not in ("CPU", "GPU") for a in acts):
             raise ConfigError(f"sglang source: activities must be among CPU, GPU; got {list(activities)!r}")
@@ -116,6 +122,7 @@ class SglangDialect(Dialect):
     def ranks(info: dict[str, object]) -> int | None:
         """Processes that write a trace, from the server's arguments (tp x pp, x dp without DP
         attention); None when the answer does not say, or says something unbelievable."""
+
         def size(key: str) -> int | None:
             v = info.get(key, 1)
             return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_RANKS else None
@@ -130,8 +137,9 @@ class SglangDialect(Dialect):
 
     # -- the version and what it takes -----------------------------------------------------
 
-    def _server_info(self, client: ServerClient, timeout_s: float,
-                     backoff: Backoff) -> tuple[dict[str, object] | None, CapturedWindow | None]:
+    def _server_info(
+        self, client: ServerClient, timeout_s: float, backoff: Backoff
+    ) -> tuple[dict[str, object] | None, CapturedWindow | None]:
         missing: list[str] = []
         for path in ("/get_server_info", "/server_info"):
             try:
@@ -147,8 +155,11 @@ class SglangDialect(Dialect):
             doc = reply.json()
             if isinstance(doc, dict):
                 return doc, None
-            return None, backoff.refuse("unsafe_request", f"GET {path} did not answer a JSON object ({reply.body}): "
-                                      "cannot tell the SGLang version, so no profile is started")
+            return None, backoff.refuse(
+                "unsafe_request",
+                f"GET {path} did not answer a JSON object ({reply.body}): "
+                "cannot tell the SGLang version, so no profile is started",
+            )
         return None, backoff.refuse(
             "unsafe_request",
             f"cannot tell the SGLang version ({'; '.join(missing)}), so no profile is started (a start "
@@ -172,7 +183,7 @@ class SglangDialect(Dialect):
             return backoff.refuse(
                 "unsafe_request",
                 f"SGLang {v} stops the whole server when /start_profile is called without "
-                "SGLANG_TORCH_PROFILER_DIR in its environment (\"Profiler is not enabled.\"), and the agent "
+                'SGLANG_TORCH_PROFILER_DIR in its environment ("Profiler is not enabled."), and the agent '
                 "cannot see that environment: no profile is started. If the server has it, set "
                 "profiler_dir_env=1 on this source (dir= being that folder as the agent sees it); or "
                 "upgrade SGLang to 0.4.4 or later",
@@ -290,8 +301,14 @@ class SglangSource(ProfilingServerSource):
         **options: Any,
     ) -> None:
         settings = ServerOptions.of(self.kind, url, trace_dir, **options)
-        dialect = SglangDialect(server_trace_dir or str(settings.trace_dir), activities, with_stack, record_shapes,
-                                profiler_dir_env, num_steps)
+        dialect = SglangDialect(
+            server_trace_dir or str(settings.trace_dir),
+            activities,
+            with_stack,
+            record_shapes,
+            profiler_dir_env,
+            num_steps,
+        )
         super().__init__(settings, dialect)
 
     @property

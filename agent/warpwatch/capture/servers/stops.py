@@ -27,8 +27,9 @@ class StopTracker:
     """The stops a source sends: the one whose answer is still awaited, whether a session of ours
     may still run on the server, and how long each answered stop took (`take_seconds`)."""
 
-    def __init__(self, options: ServerOptions, client: ServerClient, dialect: Dialect, backoff: Backoff,
-                 files: SessionFiles) -> None:
+    def __init__(
+        self, options: ServerOptions, client: ServerClient, dialect: Dialect, backoff: Backoff, files: SessionFiles
+    ) -> None:
         self.name = options.label
         self.request_timeout_s = options.request_timeout_s
         self.late_timeout_s = options.late_timeout_s
@@ -52,8 +53,12 @@ class StopTracker:
         call = self.in_background(deadline)
         if not call.wait(deadline - time.monotonic()):
             # Still flushing: the files may yet appear; collect what is there.
-            log.info("%s: POST /stop_profile not answered within %g s (server still writing traces); "
-                     "no new window until it is", self.name, budget)
+            log.info(
+                "%s: POST /stop_profile not answered within %g s (server still writing traces); "
+                "no new window until it is",
+                self.name,
+                budget,
+            )
             return None
         self._call = None
         if call.reply is None:
@@ -90,8 +95,10 @@ class StopTracker:
         if call is None:
             return True
         if not call.done():
-            self._backoff.skip("previous_flush_pending", "POST /stop_profile is not answered yet (the server is "
-                       "still ending the previous session)")
+            self._backoff.skip(
+                "previous_flush_pending",
+                "POST /stop_profile is not answered yet (the server is still ending the previous session)",
+            )
             return False
         self._call = None
         if call.reply is None:
@@ -115,13 +122,18 @@ class StopTracker:
         log.info("%s: sending POST /stop_profile to end a session an earlier window left open", self.name)
         call = self.in_background(time.monotonic() + self.request_timeout_s)
         if not call.wait(self.request_timeout_s):
-            self._backoff.skip("previous_flush_pending", "POST /stop_profile, sent to end a session an earlier "
-                       "window left open, is not answered yet")
+            self._backoff.skip(
+                "previous_flush_pending",
+                "POST /stop_profile, sent to end a session an earlier window left open, is not answered yet",
+            )
             return []
         self._call = None
         if call.reply is None:
-            return [self._backoff.fail(f"cannot end the session an earlier window left open: "
-                                            f"POST /stop_profile: {call.error}")]
+            return [
+                self._backoff.fail(
+                    f"cannot end the session an earlier window left open: POST /stop_profile: {call.error}"
+                )
+            ]
         failed = self._ended(call)
         return None if failed is None else [failed]
 

@@ -83,15 +83,18 @@ class VllmDialect(Dialect):
 
     def __init__(self, trace_dir: str | os.PathLike[str], max_steps: int = DEFAULT_MAX_STEPS) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 0 <= max_steps <= MAX_STEPS_LIMIT:
-            raise ConfigError(f"vllm source: max_steps must be an integer from 0 to {MAX_STEPS_LIMIT} "
-                              f"(0: the whole window), got {max_steps!r}")
+            raise ConfigError(
+                f"vllm source: max_steps must be an integer from 0 to {MAX_STEPS_LIMIT} "
+                f"(0: the whole window), got {max_steps!r}"
+            )
         self.trace_dir = Path(trace_dir)
         self.max_steps = max_steps
         self._inspected = 0
         self._front_end_warned = False
 
-    def inspect_windows(self, source: str, trace_dir: Path, windows: list[CapturedWindow],
-                        files: Mapping[str, int]) -> None:
+    def inspect_windows(
+        self, source: str, trace_dir: Path, windows: list[CapturedWindow], files: Mapping[str, int]
+    ) -> None:
         """Warn once, loudly, when the server's profiler records stacks, memory or shapes, and
         when its API server profiles itself."""
         if files.get("cpu_only") and not self._front_end_warned:
@@ -100,8 +103,10 @@ class VllmDialect(Dialect):
                 "%s: vLLM's API server profiles itself during each window (its CPU-only *.async_llm.* trace): "
                 "at each stop it exports that trace and builds a table in the process that streams tokens to "
                 "clients, a stall the engine's inter-token latency histogram does not show (so the agent "
-                "underestimates its cost). Add \"ignore_frontend\": true to vLLM's --profiler-config "
-                "(docs/overhead.md)", source)
+                'underestimates its cost). Add "ignore_frontend": true to vLLM\'s --profiler-config '
+                "(docs/overhead.md)",
+                source,
+            )
         for w in windows:
             if w.path is None or self._inspected >= INSPECTED_WINDOWS:
                 continue
@@ -111,9 +116,13 @@ class VllmDialect(Dialect):
                 log.warning(
                     "%s: the server's profiler records %s: each window costs the server far more than its "
                     "kernels (a stop took 66 s with stacks on the CPU build). Start vLLM with --profiler-config "
-                    "'{\"profiler\": \"torch\", \"torch_profiler_dir\": \"%s\", %s, "
-                    "\"ignore_frontend\": true}' (docs/overhead.md)",
-                    source, ", ".join(extras), trace_dir, ", ".join(f'\"{e}\": false' for e in extras))
+                    '\'{"profiler": "torch", "torch_profiler_dir": "%s", %s, '
+                    '"ignore_frontend": true}\' (docs/overhead.md)',
+                    source,
+                    ", ".join(extras),
+                    trace_dir,
+                    ", ".join(f'"{e}": false' for e in extras),
+                )
 
     def start_body(self) -> bytes | None:
         return json.dumps({"max_iterations": self.max_steps}).encode() if self.max_steps else None
@@ -170,8 +179,9 @@ class VllmSource(ProfilingServerSource):
     kind = "vllm"
     dialect: VllmDialect
 
-    def __init__(self, url: str, trace_dir: str | os.PathLike[str], *, max_steps: int = DEFAULT_MAX_STEPS,
-                 **options: Any) -> None:
+    def __init__(
+        self, url: str, trace_dir: str | os.PathLike[str], *, max_steps: int = DEFAULT_MAX_STEPS, **options: Any
+    ) -> None:
         dialect = VllmDialect(trace_dir, max_steps)
         super().__init__(ServerOptions.of(self.kind, url, trace_dir, **options), dialect)
 
