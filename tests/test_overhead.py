@@ -39,6 +39,24 @@ def test_the_served_slowdown_counts_the_time_inside_windows_once() -> None:
     assert ledger.replan() == pytest.approx(75.0)
 
 
+def test_the_first_windows_are_charged_whole_until_the_slowdown_is_known() -> None:
+    ledger = OverheadLedger(0.01, 60.0, 86400.0)
+    # The first window of a source that measures served latency: 2.5 s of wall time inside it, no
+    # span between windows yet, so no slowdown; a 0.2 s stop. Charged: the whole 2.5 s (as if it
+    # served nothing), so the period goes to 2.5 / 0.01 = 250 s.
+    ledger.observe("vllm:a", [0.2], LatencySplit(0.5, 10, 0.0, 0.0, 2.5, 1))
+    assert ledger.view().slowdown == {}
+    assert ledger.lost() == pytest.approx(2.5)
+    assert ledger.replan() == pytest.approx(250.0)
+    # The second window: 2.5 s again; outside, 200 tokens in 4 s (20 ms each); inside both windows
+    # 20 tokens in 0.8 s (40 ms each): slowdown 1, so half of each 2.5 s window is lost: 1.25 s,
+    # counted from the first window on (the split starts at zero). 1.25 / 0.01 = 125 s.
+    ledger.observe("vllm:a", [0.2], LatencySplit(0.8, 20, 4.0, 200, 5.0, 2))
+    assert ledger.view().slowdown == {"vllm:a": pytest.approx(1.0)}
+    assert ledger.lost() == pytest.approx(1.25)
+    assert ledger.replan() == pytest.approx(125.0)
+
+
 def test_the_largest_source_counts_and_a_quiet_ledger_keeps_the_configured_period() -> None:
     ledger = OverheadLedger(0.05, 60.0, 86400.0)
     assert ledger.cost() is None and ledger.replan() is None

@@ -17,7 +17,9 @@ T being the mean wall time inside a window (its start to its stop's answer and t
 its files): each stream served T / (1 + s) worth of tokens in T. The stall is already inside T
 (tokens held by a stop show their wait in the engine's histogram), so it is not added again; it
 bounds `lost` from below, and alone where a source gives no served measure (kineto-daemon): only
-what is measured is charged. The largest over the sources counts (they run side by side). The
+what is measured is charged. Where a source measures served latency but no span between windows
+is known yet (its first window), s is unknown and the whole of T is charged, as if the server
+served nothing inside the window: the first rounds are charged at most, never at nothing. The largest over the sources counts (they run side by side). The
 period that keeps the cost within the budget is `lost / budget`, never less than the configured
 one nor more than `max_period`; the window is never shortened (the sampling-window correction
 needs it). Pure: no clock, no I/O; the service feeds it and reads `view()`.
@@ -122,10 +124,14 @@ class _SourceLedger:
     def lost(self) -> float | None:
         """Server seconds lost per round, or None when nothing was measured."""
         stall = max(self.stalls) if self.stalls else None
-        recent, s = self.recent(), self.slowdown()
+        recent = self.recent()
         served = None
-        if recent is not None and s is not None and recent.windows > 0:
-            served = max(0.0, s) / (1.0 + max(0.0, s)) * recent.inside_wall_s / recent.windows
+        if recent is not None and recent.windows > 0:
+            s = slowdown(recent)
+            # Until a span between windows is measured the slowdown is unknown: the whole window
+            # is charged, as if the server served nothing in it (the most a window can cost).
+            share = 1.0 if s is None else max(0.0, s) / (1.0 + max(0.0, s))
+            served = share * recent.inside_wall_s / recent.windows
         known = [v for v in (stall, served) if v is not None]
         return max(known) if known else None
 
@@ -151,8 +157,11 @@ class OverheadLedger:
             led.histogram.observe(s)
         if good:
             led.stalls.append(max(good))
-        if served is not None and (not led.splits or served != led.splits[-1]):
-            led.splits.append(served)
+        if served is not None:
+            if not led.splits:
+                led.splits.append(LatencySplit())  # a source's split is cumulative from zero
+            if served != led.splits[-1]:
+                led.splits.append(served)
 
     def lost(self) -> float | None:
         """Server seconds lost per round, the largest over the sources; None when unmeasured."""

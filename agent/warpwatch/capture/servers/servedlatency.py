@@ -83,14 +83,14 @@ class ServedLatency:
         self._name = name
         self._clock = clock
         self._split = LatencySplit()
-        self._measured = False
         self._enabled = bool(names)
         self._start: tuple[Sums, float] | None = None
         self._last_end: Sums | None = None
 
     def split(self) -> LatencySplit | None:
-        """The cumulative split, once a window was measured on both sides; else None."""
-        return self._split if self._measured else None
+        """The cumulative split (from zero), once a window was measured; else None. Until a span
+        between windows is measured too, it has no tokens outside (its slowdown is unknown)."""
+        return self._split if self._split.windows else None
 
     def started(self) -> None:
         sample = self._sample()
@@ -118,7 +118,6 @@ class ServedLatency:
             windows=s.windows + 1,
         )
         self._last_end = sample
-        self._measured = self._measured or s.outside_tokens > 0
 
     def _sample(self) -> Sums | None:
         if not self._enabled:
