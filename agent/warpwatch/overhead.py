@@ -15,14 +15,15 @@ latency inside ÷ outside − 1) and the stall, and the server time lost per rou
 
 T being the mean wall time inside a window (its start to its stop's answer and the collection of
 its files): each stream served T / (1 + s) worth of tokens in T. The stall is already inside T
-(tokens held by a stop show their wait in the engine's histogram), so it is not added again; it
+(tokens held by a stop show their wait in the engine's histograms), so it is not added again; it
 bounds `lost` from below, and alone where a source gives no served measure (kineto-daemon): only
 what is measured is charged. Where a source measures served latency but no span between windows
 is known yet (its first window), s is unknown and the whole of T is charged, as if the server
-served nothing inside the window: the first rounds are charged at most, never at nothing. The largest over the sources counts (they run side by side). The
-period that keeps the cost within the budget is `lost / budget`, never less than the configured
-one nor more than `max_period`; the window is never shortened (the sampling-window correction
-needs it). Pure: no clock, no I/O; the service feeds it and reads `view()`.
+served nothing inside the window: the first rounds are charged at most, never at nothing. The
+largest over the sources counts (they run side by side). The period that keeps the cost within
+the budget is `lost / budget`, never less than the configured one nor more than `max_period`; the
+window is never shortened (the sampling-window correction needs it). Pure: no clock, no I/O; the
+service feeds it and reads `view()`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from warpwatch.capture.servers.servedlatency import HISTOGRAMS, ServedLatency, histogram_sums
+from warpwatch.capture.servers.servedlatency import FIRST_TOKEN, HISTOGRAMS, ServedLatency, histogram_sums
+from warpwatch.overhead import slowdown
 
 VLLM = """\
 # HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.
@@ -83,6 +84,43 @@ def test_windows_split_the_latency_inside_and_between_them() -> None:
     assert split is not None
     assert (split.inside_tokens, split.inside_s, split.outside_tokens, split.outside_s) == (20, 1.0, 50, 1.0)
     assert (split.inside_wall_s, split.windows) == (5.0, 2)
+
+
+def with_first_tokens(itl: tuple[float, float], ttft: tuple[float, float]) -> str:
+    """An exposition with both histograms: (count, sum) of each."""
+    return (
+        f"vllm:inter_token_latency_seconds_count {itl[0]}\nvllm:inter_token_latency_seconds_sum {itl[1]}\n"
+        f"vllm:time_to_first_token_seconds_count {ttft[0]}\nvllm:time_to_first_token_seconds_sum {ttft[1]}\n"
+    )
+
+
+def test_a_stall_on_first_tokens_is_counted_with_the_inter_token_waits() -> None:
+    # Window 1: 4 streams between requests when the stop stalls the engine 20 s: the inter-token
+    # histogram gains 40 tokens over 0.2 s, the first-token one 4 requests that waited 20.1 s each.
+    # Between windows: 400 gaps of 5 ms (2 s) and 2 first tokens of 50 ms (0.1 s).
+    # Window 2: 40 gaps of 5 ms (0.2 s) and no new request.
+    readings = [((0, 0.0), (0, 0.0)), ((40, 0.2), (4, 80.4)), ((440, 2.2), (6, 80.5)), ((480, 2.4), (6, 80.5))]
+    script = Script([with_first_tokens(*r) for r in readings])
+    served = ServedLatency(
+        HISTOGRAMS["vllm"], script.read, name="vllm:x", first_token=FIRST_TOKEN["vllm"], clock=script.clock
+    )
+    for _ in range(2):
+        served.started()
+        served.ended()
+    split = served.split()
+    assert split is not None
+    # inside: 80 + 4 tokens over 0.2 + 80.4 + 0.2 s; outside: 402 tokens over 2.1 s
+    assert (split.inside_tokens, split.inside_s) == (84, pytest.approx(80.8))
+    assert (split.outside_tokens, split.outside_s) == (402, pytest.approx(2.1))
+    # mean wait inside 80.8 / 84 = 0.962 s, outside 2.1 / 402 = 5.22 ms: 183x; the inter-token
+    # histogram alone would read (0.4 / 80) / (2.0 / 400) = 1x, no slowdown at all.
+    assert slowdown(split) == pytest.approx((80.8 / 84) / (2.1 / 402) - 1)
+    itl_only = ServedLatency(HISTOGRAMS["vllm"], Script([with_first_tokens(*r) for r in readings]).read, name="v")
+    for _ in range(2):
+        itl_only.started()
+        itl_only.ended()
+    alone = itl_only.split()
+    assert alone is not None and slowdown(alone) == pytest.approx(0.0)
 
 
 def test_a_server_without_the_histogram_is_asked_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -48,7 +48,7 @@ from .client import Reply, RequestFailed, ServerClient, reply_error
 from .dialect import Backoff, Dialect
 from .files import SessionFiles
 from .options import DEFAULT_TOKEN_ENV, ServerOptions
-from .servedlatency import HISTOGRAMS, ServedLatency
+from .servedlatency import FIRST_TOKEN, HISTOGRAMS, ServedLatency
 from .session import Session
 from .stops import StopTracker
 
@@ -81,7 +81,12 @@ class ProfilingServerSource(Source):
         self._backoff = Backoff(options)
         self._files = SessionFiles(options, dialect, self._closed)
         self._stops = StopTracker(options, self._client, dialect, self._backoff, self._files)
-        self._served = ServedLatency(HISTOGRAMS.get(self.kind, ()), self._read_metrics, name=self.name)
+        self._served = ServedLatency(
+            HISTOGRAMS.get(self.kind, ()),
+            self._read_metrics,
+            name=self.name,
+            first_token=FIRST_TOKEN.get(self.kind, ()),
+        )
 
     @property
     def backoff_clock(self) -> Callable[[], float]:

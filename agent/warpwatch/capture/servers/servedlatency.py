@@ -1,13 +1,18 @@
-"""The server's own inter-token latency, read on its `/metrics` around each window.
+"""The server's own latency per output token, read on its `/metrics` around each window.
 
 vLLM (v1 engine, 0.7+) exports `vllm:inter_token_latency_seconds` (before 0.11 the same histogram
-was `vllm:time_per_output_token_seconds`); SGLang (with `--enable-metrics`)
-`sglang:inter_token_latency_seconds`, earlier `sglang:time_per_output_token_seconds`. Each
-observation is one token's gap from the token before it in its stream, so the histogram's sum over
-its count is the mean gap: what a streaming client sees. Their sum and count, added over every
-label set (engines, models), are read just before a window starts and just after it ended; the
-difference is the window's share, and the difference from the previous window's end the share of
-the time between windows (`overhead.LatencySplit`).
+was `vllm:time_per_output_token_seconds`) and `vllm:time_to_first_token_seconds`; SGLang (with
+`--enable-metrics`) `sglang:inter_token_latency_seconds` (earlier
+`sglang:time_per_output_token_seconds`) and `sglang:time_to_first_token_seconds`. Each inter-token
+observation is one token's gap from the token before it in its stream; each first-token one is a
+request's wait for its first token. Added, their sum over their count is the mean wait per output
+token: what a streaming client sees. The first tokens count because a stop's stall often falls on
+them (measured on the real vLLM: a 21-s stop found every stream between two requests, so the
+inter-token histogram did not move while each new request waited 21 s for its first token). Sums
+and counts, added over every label set (engines, models), are read just before a window starts and
+just after it ended; the difference is the window's share, and the difference from the previous
+window's end the share of the time between windows (`overhead.LatencySplit`). Where the engine has
+no first-token histogram, the inter-token one alone is used.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "sglang": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
 }
 """Per engine, the inter-token latency histogram's names, newest first."""
+FIRST_TOKEN: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm:time_to_first_token_seconds",),
+    "sglang": ("sglang:time_to_first_token_seconds",),
+}
+"""Per engine, the time-to-first-token histogram's names, added to the inter-token one's."""
 
 
 class Sums(NamedTuple):
@@ -63,7 +73,7 @@ def _samples(text: str, sample: str) -> list[float] | None:
 
 
 class ServedLatency:
-    """Splits a server's inter-token latency into inside and outside windows, cumulatively.
+    """Splits a server's latency per output token into inside and outside windows, cumulatively.
 
     `read` returns the exposition's text, or None when it could not be had. A window is
     `started()` and then `ended()`; a failed read leaves that window (and the span before the
@@ -76,9 +86,11 @@ class ServedLatency:
         read: Callable[[], str | None],
         *,
         name: str,
+        first_token: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._names = names
+        self._first_token = first_token
         self._read = read
         self._name = name
         self._clock = clock
@@ -126,6 +138,9 @@ class ServedLatency:
         if text is None:
             return None
         totals = histogram_sums(text, self._names)
+        first = histogram_sums(text, self._first_token) if totals is not None and self._first_token else None
+        if totals is not None and first is not None:
+            totals = Sums(totals.seconds + first.seconds, totals.tokens + first.tokens)
         if totals is None:
             self._enabled = False
             log.info(
