@@ -430,8 +430,9 @@ CAPTURE_STOP = MetricDef(
 SERVED_SLOWDOWN = MetricDef(
     "warpwatch_served_slowdown_ratio",
     "gauge",
-    "Mean inter-token latency the server reported inside capture windows (their stop included) divided "
-    "by the mean outside them, minus 1, over the last rounds (vllm/sglang sources; absent until known).",
+    "Mean wait per output token the server reported (inter-token gaps and first-token waits) inside "
+    "capture windows (their stop included) divided by the mean outside them, minus 1, over the last "
+    "rounds (vllm/sglang sources; absent until known).",
     ("source",),
 )
 OVERHEAD = MetricDef(
