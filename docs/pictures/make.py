@@ -128,10 +128,12 @@ def _one_window(svg: Svg, stream: list[Launch], cut: list[tuple[float, list[Laun
     for t, label in ((t0, "window opens"), (t1, "window closes")):
         svg.line(sx(t), y - 22, sx(t), y + 52, "#1d3557", "stroke-width='2'")
         svg.text(sx(t), y - 26, label, 11, "middle")
-    svg.text(x0, y + 68, "filled: in the trace · dashed: dropped (it ran, straddling an edge or outside)", 11)
+    svg.text(
+        x0, y + 84, "filled: in the trace · dashed: dropped (it ran, straddling an edge or outside the window)", 11
+    )
     for i, ((_, label, _), c) in enumerate(zip(KERNELS, COLOURS, strict=True)):
-        svg.rect(430 + i * 62, y + 58, 10, 10, c)
-        svg.text(443 + i * 62, y + 67, label, 11)
+        svg.rect(x0 + i * 66, y + 56, 10, 10, c)
+        svg.text(x0 + 13 + i * 66, y + 65, label, 11)
 
 
 def _straddled(stream: list[Launch], t: float) -> bool:
@@ -194,30 +196,32 @@ def reported_vs_computed() -> str:
     def sy(v: float) -> float:
         return bottom - (v - lo) / (hi - lo) * (bottom - top)
 
-    svg.text(20, 24, f"Warps per SM of {launches:,} kernel launches in {len(REAL_TRACES)} real traces", 14)
+    svg.text(20, 24, f"Warps per SM of {launches:,} kernel launches in {len(REAL_TRACES)} traces", 14)
+    svg.text(left, top - 10, "warpwatch's warps per SM (log scale)", 12)
     for e in range(int(lo), int(hi) + 1):
         svg.line(sx(e), top, sx(e), bottom, "#e5e5e5")
         svg.line(left, sy(e), right, sy(e), "#e5e5e5")
         svg.text(sx(e), bottom + 16, _power(e), 11, "middle")
         svg.text(left - 6, sy(e) + 4, _power(e), 11, "end")
     svg.line(sx(lo), sy(lo), sx(hi), sy(hi), "#999999", "stroke-dasharray='5 4'")
-    svg.text(sx(4.2), sy(4.5), "the same value", 11, "middle", "fill='#777777'")
-    for x, y in sorted(launched):
-        svg.circle(sx(x), sy(y), 3.2, "#2b6cb0", "fill-opacity='0.55'")
+    svg.text(sx(2.4), sy(3.0), "the same value", 11, "middle", "fill='#777777'")
     for x, y in sorted(resident):
-        svg.circle(sx(x), sy(y), 3.2, "#e15759", "fill-opacity='0.55'")
+        svg.circle(sx(x), sy(y), 3.4, "#e15759", "fill-opacity='0.6'")
+    for x, y in sorted(launched):
+        svg.circle(sx(x), sy(y), 2.2, "#2b6cb0", "fill-opacity='0.8'")
     svg.rect(20, top, 90, bottom - top, "#f6f6f6")
     svg.text(65, top + 16, "reported", 11, "middle")
     svg.text(65, top + 30, "negative", 11, "middle")
+    svg.text(65, top + 44, "label: reported", 10, "middle")
+    svg.text(65, top + 58, "height: warpwatch", 10, "middle")
     for text, computed in sorted(invalid, key=lambda p: p[1]):
         svg.circle(40, sy(_log(computed)), 3.2, "#2b6cb0")
         svg.text(48, sy(_log(computed)) + 4, text.removesuffix(".0"), 10)
-    svg.text((left + right) / 2, bottom + 36, "the profiler's `warps per SM` (log scale)", 12, "middle")
-    svg.text(16, 470, "warpwatch (log)", 12)
-    svg.circle(180, 500, 4, "#2b6cb0")
-    svg.text(190, 504, "warpwatch's launched warps per SM: B·ceil(T/warpSize)/SMs", 12)
-    svg.circle(540, 500, 4, "#e15759")
-    svg.text(550, 504, "resident warps per SM", 12)
+    svg.text((left + right) / 2, bottom + 36, "the profiler's warps per SM (log scale)", 12, "middle")
+    svg.circle(40, 500, 4, "#2b6cb0")
+    svg.text(50, 504, "launched warps per SM, B·ceil(T/warpSize)/SMs (beside what the profiler reported)", 12)
+    svg.circle(560, 500, 4, "#e15759")
+    svg.text(570, 504, "resident warps per SM", 12)
     return svg.render("The profiler's warps per SM against warpwatch's, on real traces")
 
 
@@ -226,7 +230,7 @@ def _log(v: float) -> float:
 
 
 def _power(e: int) -> str:
-    return {-2: "0.01", -1: "0.1", 0: "1", 1: "10", 2: "100"}.get(e, f"10^{e}" if e > 3 else f"{10**e:,}")
+    return {-2: "0.01", -1: "0.1", 0: "1", 1: "10", 2: "100", 3: "1,000"}.get(e, "10" + "⁰¹²³⁴⁵⁶⁷⁸⁹"[e])
 
 
 PICTURES = {"window-edges.svg": window_edges, "reported-vs-computed.svg": reported_vs_computed}
