@@ -285,6 +285,6 @@ def test_config_defaults_are_the_tables() -> None:
         assert getattr(plain, setting.name) == expected, setting.name
 
 
-def test_the_readme_carries_the_settings_table_as_generated() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    assert settings_table_markdown() in readme
+def test_the_docs_carry_the_settings_table_as_generated() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "agent.md").read_text(encoding="utf-8")
+    assert settings_table_markdown() in page

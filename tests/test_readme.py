@@ -2,7 +2,10 @@
 
 The install part (`python3 -m venv .venv && .venv/bin/pip install -q -e .`) is what `.ci/run`
 does itself; the agent, the `curl` and the `analyze` commands run here with this environment's
-`warpwatch`, and the numbers the prose quotes are checked against the bundled traces.
+`warpwatch`, the numbers the prose quotes are checked against the bundled traces, and the metric
+lines the README shows ("What it shows") against what the quick start's agent serves. How to run
+the tests lives in docs/development.md ("Running the tests"). The README's other blocks and every
+page's run in tests/docs/test_commands.py.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import pytest
 from support.paths import ROOT
 
 README = ROOT / "README.md"
+DEVELOPMENT = ROOT / "docs" / "development.md"
 SAMPLES = ROOT / "agent" / "warpwatch" / "samples"
 BIN = Path(sys.executable).parent
 
 
-def _section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def _section(title: str, page: Path = README) -> str:
+    text = page.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end > 0 else None]
@@ -93,16 +97,19 @@ def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_co
         return value
 
     assert relu_value("warpwatch_kernel_reported_warps_per_sm_min") == -396
+    (shown,) = re.findall(r"```text\n(.*?)```", _section("What it shows"), re.S)
+    for line in shown.strip().splitlines():
+        assert line in out.splitlines(), f"the README shows a line the quick start's agent does not serve: {line}"
     assert relu_value("warpwatch_kernel_warps_per_sm") == pytest.approx(99 * 4 / 68)
     assert lines['warpwatch_gpu_busy_ratio{gpu="0"}'] == pytest.approx(0.4055, abs=5e-5)
     assert not [k for k in lines if "_total" in k], "the grep shows the gauges, not the counters at 0"
     assert agent.returncode == 0
 
 
-def test_quick_start_says_why_counters_are_left_out_and_the_tests_section_says_what_the_corpus_is() -> None:
+def test_quick_start_says_why_counters_are_left_out_and_the_docs_say_what_the_test_corpus_is() -> None:
     section = _section("Quick start")
     assert "_seconds_total" in section and "read 0 after the first window" in section
-    tests = _section("Running the tests")
+    tests = _section("Running the tests", DEVELOPMENT)
     assert "../shared/traces" in tests and "WARPWATCH_SHARED_TRACES" in tests and "SOURCES.md" in tests
     assert "holistictraceanalysis==0.5.0" in tests
 

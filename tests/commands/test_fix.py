@@ -151,7 +151,7 @@ def test_a_real_trace_fixed_is_equal_elsewhere_and_hta_reads_the_corrected_value
     except ImportError as exc:  # never a skip: .ci/run installs it
         pytest.fail(
             f"HTA is missing ({exc}): pip install --no-deps holistictraceanalysis==0.5.0 && pip install "
-            "pandas psutil (README, 'Running the tests'; .ci/run does it)"
+            "pandas psutil (docs/development.md, 'Running the tests'; .ci/run does it)"
         )
     logging.disable(logging.WARNING)  # only once HTA imported: a failed import must not leave logging off
     try:

@@ -1,4 +1,4 @@
-"""The README's section "Kubernetes: from nothing to a traced vLLM", exercised as far as it can be here.
+"""The walk-through "Kubernetes: from nothing to a traced vLLM" (docs/kubernetes.md), exercised as far as it can be.
 
 No cluster, registry or Grafana is reachable from these machines. So: the files the section shows
 are written out as it shows them, `cp` and `helm dependency build` run as written, `helm install`
@@ -28,7 +28,7 @@ from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch import __version__
 from warpwatch.export import metricdefs
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "kubernetes.md"
 CHART = ROOT / "helm" / "warpwatch"
 CRD_GROUP = "monitoring.coreos.com/v1"
 KUBE_VERSION = "1.32.0"
@@ -42,9 +42,10 @@ pytestmark = needs_helm
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index("\n## Kubernetes: from nothing to a traced vLLM\n")
-    return text[start : text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
 
 
 def _blocks(lang: str) -> list[str]:

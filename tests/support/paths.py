@@ -12,7 +12,7 @@ HTA = SHARED_TRACES / "facebookresearch__HolisticTraceAnalysis" / "tests" / "dat
 MISSING = (
     f"the shared traces are missing: {SHARED_TRACES}. They are the corpus of public Kineto traces the tests "
     "read (HolisticTraceAnalysis', Kineto's and PARAM's test traces; sources and licences in its SOURCES.md), "
-    "kept beside the clone as ../shared/traces. Get it as the README says ('Running the tests'), or set "
+    "kept beside the clone as ../shared/traces. Get it as docs/development.md says ('Running the tests'), or set "
     "WARPWATCH_SHARED_TRACES to where it is."
 )
 
