@@ -196,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
         "path",
         None,
         "folder where the traces of the windows that matter are kept, gzip-compressed, with a JSON summary "
-        'beside each, and served on /evidence (none: nothing kept; README, "From an alert to its trace")',
+        'beside each, and served on /evidence (none: nothing kept; docs/dashboards.md, "From an alert to its trace")',
     ),
     Setting("evidence_bytes", "size", GiB, "bound on the bytes kept in evidence_dir; the oldest go first"),
     Setting("evidence_files", "int", 500, "bound on the windows kept in evidence_dir; the oldest go first"),

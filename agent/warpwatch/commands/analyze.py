@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpu-properties",
         metavar="FILE",
         help="device properties for traces that carry none: JSON in the trace's own `deviceProperties` form, "
-        "one object, a list of them, or an object keyed by device id (see README, 'warpwatch analyze')",
+        "one object, a list of them, or an object keyed by device id (see docs/analyze.md)",
     )
     p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
     p.add_argument(

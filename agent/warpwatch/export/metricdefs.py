@@ -448,7 +448,7 @@ OVERHEAD_BUDGET = MetricDef(
     "The share of the server's time the agent may cost (--overhead-budget); above it the period is stretched.",
 )
 
-# -- The evidence store (--evidence-dir; README, "From an alert to its trace")
+# -- The evidence store (--evidence-dir; docs/dashboards.md, "From an alert to its trace")
 EVIDENCE_KEPT = MetricDef(
     "warpwatch_evidence_kept",
     "counter",

@@ -19,7 +19,7 @@ volume; `trace_dir` is that folder as the agent sees it). The pieces:
 - `profilerextras`: what the server's profiler records beyond kernels (stacks, memory, shapes).
 
 The versions followed, their hazards and what warpwatch does about each are in the modules'
-docstrings and in the README ("vLLM and SGLang").
+docstrings and in docs/attach.md ("vLLM and SGLang").
 """
 
 from __future__ import annotations
