@@ -22,6 +22,12 @@ def own_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
     return svc.exposition.self_registry.get_sample_value(md.exposed_name(m), labels)
 
 
+def settled(svc: Service) -> Service:
+    """The service once its evidence worker has kept what its rounds handed over."""
+    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(30)
+    return svc
+
+
 def deleting_window(path: Path, done: list[bool]) -> CapturedWindow:
     """A window whose source deletes its trace once told it was processed (as kineto-daemon does)."""
 
@@ -40,6 +46,7 @@ def test_the_first_window_is_kept_as_the_engine_wrote_it_before_its_source_delet
     src.queue.append([deleting_window(copy, done)])
     svc = service_for(src, evidence_dir=tmp_path / "ev")
     svc.run_round()
+    settled(svc)
     assert done == [True] and not copy.exists()
     (kept,) = sorted((tmp_path / "ev").glob("*" + TRACE_SUFFIX))
     assert kept.read_bytes() == ALEXNET.read_bytes()
@@ -58,6 +65,7 @@ def test_a_folder_that_refuses_the_keep_is_counted_and_the_window_is_exported(tm
     src.queue.append([deleting_window(copy, done)])
     svc = service_for(src, evidence_dir=tmp_path / "file" / "ev")
     svc.run_round()
+    settled(svc)
     assert done == [True]
     assert own_value(svc, md.EVIDENCE_FAILED, reason="io_error") == 1
     assert own_value(svc, md.EVIDENCE_KEPT, reason="baseline") == 0
@@ -75,6 +83,7 @@ def test_a_flood_of_anomalous_windows_stays_within_the_bounds(tmp_path: Path) ->
         path = write(tmp_path / f"w{i}.json", doc)
         src.queue.append([CapturedWindow(source="stub:1", path=path)])
         svc.run_round()
+        settled(svc)
         on_disk = list((tmp_path / "ev").iterdir())
         assert len([p for p in on_disk if p.name.endswith(TRACE_SUFFIX)]) <= 4
         assert sum(p.stat().st_size for p in on_disk) <= 1 << 20
@@ -90,6 +99,7 @@ def test_a_kept_windows_id_rides_as_an_exemplar_on_the_per_gpu_counters_it_fed(t
     src.queue.append([CapturedWindow(source="stub:1", path=write(tmp_path / "w.json", doc))])
     svc = service_for(src, evidence_dir=tmp_path / "ev")
     svc.run_round()
+    settled(svc)
     (kept,) = (tmp_path / "ev").glob("*" + TRACE_SUFFIX)
     kid = kept.name.removesuffix(TRACE_SUFFIX)
     text = svc.render("application/openmetrics-text; version=1.0.0")[0].decode()
