@@ -15,6 +15,8 @@ from support.agent import StubSource, service_for, service_value
 from support.gate import WAIT_S, Gate
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.capture import CapturedWindow
+from warpwatch.capture.dirsource import DirSource
+from warpwatch.config import Config
 from warpwatch.evidence.store import TRACE_SUFFIX, EvidenceStore
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
@@ -109,3 +111,29 @@ def test_shutdown_abandons_the_keeps_it_cannot_wait_for_and_gives_their_traces_b
     assert own_value(svc, md.EVIDENCE_FAILED, reason="shutdown") == 3
     assert done[0] == [True] and not any(t.exists() for t in traces.values())
     assert list((tmp_path / "ev").iterdir()) == [] and store.windows() == []
+
+
+def test_a_dir_source_that_deletes_processed_traces_keeps_the_one_being_copied(tmp_path: Path) -> None:
+    """The real `dir:` source with --delete-processed: the trace being copied is neither deleted nor
+    offered again by the next round; it goes once the copy is over."""
+    traces, gate = tmp_path / "traces", Gate()
+    traces.mkdir()
+    first = artefact_trace(traces / "w0.pt.trace.json", "k0")
+    original = first.read_bytes()
+    src = DirSource(traces, delete_processed=True)
+    store = EvidenceStore(tmp_path / "ev", 1 << 20, 100, opener=gate)
+    svc = Service(
+        Config(source=(src.name,), address="127.0.0.1", port=0, window=0.05, evidence_dir=tmp_path / "ev"),
+        sources=[src],
+        evidence_store=store,
+    )
+    svc.run_round()
+    assert gate.entered.wait(WAIT_S)
+    write(traces / "w1.pt.trace.json", trace_doc([span(0, 1000), kernel("k1", ts=10, dur=5)]))
+    svc.run_round()
+    assert service_value(svc, md.WINDOWS, outcome="ok") == 2  # w0 was not read a second time
+    assert first.exists()
+    gate.open.set()
+    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
+    assert list(traces.iterdir()) == []
+    assert original in [gzip.decompress(store.read_trace(kid) or b"") for kid in kept_ids(tmp_path / "ev")]
