@@ -137,3 +137,28 @@ def test_a_dir_source_that_deletes_processed_traces_keeps_the_one_being_copied(t
     assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
     assert list(traces.iterdir()) == []
     assert original in [gzip.decompress(store.read_trace(kid) or b"") for kid in kept_ids(tmp_path / "ev")]
+
+
+def test_a_trace_swapped_for_a_link_out_of_its_folder_while_waiting_is_not_kept(tmp_path: Path) -> None:
+    """The worker opens the trace as the reader did (`capture.confine`): a link swapped in after the
+    window was read is refused (io_error), and what it points at never enters the evidence folder."""
+    src, gate = StubSource(), Gate()
+    (tmp_path / "traces").mkdir()
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"password": "hunter2"}')
+    first = artefact_trace(tmp_path / "traces" / "w0.json", "k0")
+    second = artefact_trace(tmp_path / "traces" / "w1.json", "k1")
+    svc, store = gated_service(tmp_path, src, gate)
+    src.queue.append([CapturedWindow(source="stub:1", path=first)])
+    svc.run_round()
+    assert gate.entered.wait(WAIT_S)
+    src.queue.append([CapturedWindow(source="stub:1", path=second)])
+    svc.run_round()  # w1 waits in the queue behind w0
+    second.unlink()
+    second.symlink_to(secret)
+    gate.open.set()
+    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
+    assert own_value(svc, md.EVIDENCE_FAILED, reason="io_error") == 1
+    assert own_value(svc, md.EVIDENCE_KEPT, reason="artifact") == 1
+    kept = [gzip.decompress(store.read_trace(kid) or b"") for kid in kept_ids(tmp_path / "ev")]
+    assert kept == [first.read_bytes()]

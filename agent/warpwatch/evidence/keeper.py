@@ -58,6 +58,12 @@ class Keeper(Generic[T]):
         with self._cond:
             return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called: nothing more is taken."""
+        with self._cond:
+            return self._closed
+
     def abandoning(self) -> bool:
         """Whether `close` gave up waiting: the item in progress should stop."""
         return self._abandoning.is_set()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..capture import CapturedWindow
+from ..capture.confine import RefusedFile, open_confined
 from ..evidence.keeper import QUEUE, Keeper
 from ..evidence.rule import REASONS, KeepRule, Verdict
 from ..evidence.store import FAIL_REASONS, EvidenceError, EvidenceStore, EvidenceView
@@ -99,7 +100,10 @@ class Evidence:
         if self.keeper.hand(keep):
             return keep.id
         self.store.release(keep.id)
-        self._count_failure(keep, EvidenceError("queue_full", f"{self.keeper.capacity} windows wait to be kept"))
+        if self.keeper.closed:  # a round that outlived the shutdown's wait
+            self._count_failure(keep, EvidenceError("shutdown", "the agent is stopping"))
+        else:
+            self._count_failure(keep, EvidenceError("queue_full", f"{self.keeper.capacity} windows wait to be kept"))
         return None
 
     def _keep(self, keep: Keep) -> None:
@@ -107,7 +111,11 @@ class Evidence:
         try:
             if self.keeper.abandoning():
                 raise EvidenceError("shutdown", "the agent stopped before this window's trace was kept")
-            kept = self.store.keep(keep.path, keep.meta, keep.id, cancelled=self.keeper.abandoning)
+            # as the reader opened it: no link followed out of its folder, no FIFO swapped in since
+            with open_confined(keep.path) as opened:
+                kept = self.store.keep(Path(opened.reader_path), keep.meta, keep.id, cancelled=self.keeper.abandoning)
+        except RefusedFile as exc:
+            self._count_failure(keep, EvidenceError("io_error", str(exc)))
         except EvidenceError as exc:
             self._count_failure(keep, exc)
         except Exception as exc:  # a bug: counted, and the keeper goes on
