@@ -21,7 +21,8 @@ QUEUE = 4
 
 
 class Keeper(Generic[T]):
-    """One worker thread over a bounded queue (module doc); `work` must not raise."""
+    """One worker thread over a bounded queue (module doc); `work` must not raise. The thread runs
+    while there is work and ends when the queue is empty (an idle agent holds no thread for it)."""
 
     def __init__(self, work: Callable[[T], None], capacity: int = QUEUE, name: str = "warpwatch-evidence") -> None:
         self.work = work
@@ -33,6 +34,8 @@ class Keeper(Generic[T]):
         self._closed = False
         self._abandoning = threading.Event()
         self._thread: threading.Thread | None = None
+        """The worker while there is work; None once it has emptied the queue."""
+        self._last: threading.Thread | None = None
 
     def hand(self, item: T) -> bool:
         """Queue `item`; False (nothing queued) when the queue is full or the keeper closed."""
@@ -45,7 +48,6 @@ class Keeper(Generic[T]):
                 thread.start()  # before the item is queued: a thread that cannot start queues nothing
                 self._thread = thread
             self._items.append(item)
-            self._cond.notify_all()
             return True
 
     def waiting(self) -> int:
@@ -54,9 +56,15 @@ class Keeper(Generic[T]):
             return len(self._items) + self._busy
 
     def idle(self, timeout: float | None = None) -> bool:
-        """Wait until everything handed over is done; False when `timeout` passed first."""
+        """Wait until everything handed over is done and the worker has ended; False when `timeout`
+        passed first."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
+            if not self._cond.wait_for(lambda: self._thread is None, timeout):
+                return False
+            last = self._last
+        if last is not None:
+            last.join(timeout)
+        return True
 
     @property
     def closed(self) -> bool:
@@ -73,8 +81,7 @@ class Keeper(Generic[T]):
         not started by then (the one in progress is told to give up, `abandoning`)."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
-            if self._cond.wait_for(lambda: not self._items and not self._busy, max(0.0, timeout)):
+            if self._cond.wait_for(lambda: self._thread is None, max(0.0, timeout)):
                 return []
             left = list(self._items)
             self._items.clear()
@@ -84,8 +91,9 @@ class Keeper(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._items) or self._closed)
                 if not self._items:
+                    self._thread, self._last = None, threading.current_thread()
+                    self._cond.notify_all()
                     return
                 item = self._items.popleft()
                 self._busy = True
@@ -94,4 +102,3 @@ class Keeper(Generic[T]):
             finally:
                 with self._cond:
                     self._busy = False
-                    self._cond.notify_all()
