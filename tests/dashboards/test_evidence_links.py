@@ -25,6 +25,28 @@ def test_an_alert_about_a_pod_links_to_that_pods_kept_traces_through_kubectl_pro
     assert "WarpwatchKernelOccupancyDegraded" not in about_pods  # per deployment: no one pod to name
 
 
+def test_an_alert_about_a_deployment_says_how_to_pull_every_pods_traces_since_the_drop_began() -> None:
+    """WarpwatchKernelOccupancyDegraded fires per deployment and kernel after `for` = degraded_for (30m)
+    + inhibit_margin (5m) over a mean of the last degraded_window (15m): the drop began at most 50m ago.
+    Each pod's agent kept its own traces, so the annotation loops over the deployment's pods."""
+    evidence = annotations_of(DEFAULT_SETTINGS)["WarpwatchKernelOccupancyDegraded"]["evidence"]
+    text = rules.render_template(evidence, {"namespace": "ml", "deployment": "vllm", "kernel": "gemm"}, 0.5)
+    assert text.startswith(
+        "for p in $(kubectl -n ml get pods -l app.kubernetes.io/instance=vllm -o name | cut -d/ -f2); do "
+        "warpwatch evidence pull http://localhost:8001/api/v1/namespaces/ml/pods/$p:9946/proxy "
+        "--since 50m -o evidence/$p; done"
+    )
+    about_deployments = {name for name, a in annotations_of(DEFAULT_SETTINGS).items() if "evidence" in a}
+    assert about_deployments == {"WarpwatchKernelOccupancyDegraded"}
+
+
+def test_the_pod_label_that_names_a_deployment_is_a_setting() -> None:
+    s = Settings(deployment_pod_label="app", evidence_url="https://ev.example/{namespace}/{pod}/evidence")
+    evidence = annotations_of(s)["WarpwatchKernelOccupancyDegraded"]["evidence"]
+    text = rules.render_template(evidence, {"namespace": "ml", "deployment": "vllm"}, 0.5)
+    assert "get pods -l app=vllm " in text and " pull https://ev.example/ml/$p --since " in text
+
+
 def test_the_evidence_url_is_a_setting() -> None:
     s = Settings(evidence_url="https://evidence.example/{namespace}/{pod}/evidence")
     url = rules.render_template(annotations_of(s)["WarpwatchGpuOccupancyDegraded"]["evidence_url"], POD, 0.5)

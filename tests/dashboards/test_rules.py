@@ -90,13 +90,16 @@ def test_unit_tests_fire_and_hold_every_alert() -> None:
     assert fired == set(ALERT_NAMES)
     assert silent == set(ALERT_NAMES)
     # Every expectation states the full labels and every annotation, so promtool compares them; an
-    # alert whose text names its pod also links to that pod's kept traces.
-    naming_a_pod = {a.name for a in alerts(DEFAULT_SETTINGS) if "$labels.pod" in a.summary + a.description}
+    # alert whose text names its pod also links to that pod's kept traces, one that names only its
+    # deployment says how to pull every pod's.
+    texts = {a.name: a.summary + a.description for a in alerts(DEFAULT_SETTINGS)}
+    naming_a_pod = {name for name, text in texts.items() if "$labels.pod" in text}
+    naming_a_deployment = {name for name, text in texts.items() if "$labels.deployment" in text} - naming_a_pod
     for c in checks:
         for exp in c["exp_alerts"]:
-            about_a_pod = c["alertname"] in naming_a_pod
+            name = c["alertname"]
             assert set(exp["exp_annotations"]) == {"summary", "description", "runbook_url"} | (
-                {"evidence_url"} if about_a_pod else set()
+                {"evidence_url"} if name in naming_a_pod else {"evidence"} if name in naming_a_deployment else set()
             )
             assert exp["exp_labels"]["severity"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,87 @@ def test_nothing_but_an_id_names_a_kept_trace(tmp_path: Path, text: str) -> None
     store.keep(trace(tmp_path, "t", 100), {})
     assert store.trace_path(text) is None
     assert store.read_trace(text) is None
+
+
+# ---------------------------------------------------------------- evicting only what a keep needs
+
+
+class Watched:
+    """The file a trace is written to, checking before each write that the folder, this file with
+    the write included, stays within `bound`."""
+
+    def __init__(self, path: Path, bound: int) -> None:
+        self.path, self.bound, self.raw = path, bound, path.open("wb")
+        self.written = 0
+
+    def write(self, data: bytes) -> int:
+        others = sum(p.stat().st_size for p in self.path.parent.iterdir() if p != self.path)
+        assert others + self.written + len(data) <= self.bound
+        self.written += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def __enter__(self) -> Watched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.raw.close()
+
+
+def watched(bound: int) -> Callable[[Path], Watched]:
+    return lambda path: Watched(path, bound)
+
+
+@pytest.mark.parametrize("engine_gzip", [False, True])
+def test_a_window_pushes_out_the_oldest_only_when_it_needs_the_room(tmp_path: Path, engine_gzip: bool) -> None:
+    """Two windows of the same trace take the same bytes `s` (same trace, ids of the same length):
+    a bound of 2s holds both, one byte less holds one."""
+    source = tmp_path / ("t.json.gz" if engine_gzip else "t.json")
+    source.write_bytes(gzip.compress(os.urandom(3_000)) if engine_gzip else os.urandom(3_000))
+    alone = EvidenceStore(tmp_path / "alone", 1 << 20, 10, clock)
+    s = alone.keep(source, {}).bytes
+    assert s == on_disk(tmp_path / "alone")
+    for bound, survivors in ((2 * s, 2), (2 * s - 1, 1)):
+        folder = tmp_path / f"ev{bound}"
+        store = EvidenceStore(folder, bound, 10, clock, opener=watched(bound))
+        first = store.keep(source, {}).id
+        second = store.keep(source, {}).id
+        assert [k.id for k in store.windows()] == [first, second][-survivors:]
+        assert on_disk(folder) == survivors * s
+
+
+def test_a_trace_too_large_once_compressed_pushes_nothing_out(tmp_path: Path) -> None:
+    store = EvidenceStore(tmp_path / "ev", 10_000, 10, clock)
+    kept = store.keep(trace(tmp_path, "small", 1_000), {})
+    before = on_disk(tmp_path / "ev")
+    with pytest.raises(EvidenceError) as err:
+        store.keep(trace(tmp_path, "big", 20_000), {})  # random bytes: about 20,000 compressed
+    assert err.value.reason == "too_large"
+    assert [k.id for k in store.windows()] == [kept.id]
+    assert on_disk(tmp_path / "ev") == before
+
+
+def test_a_refused_window_at_the_file_bound_pushes_nothing_out(tmp_path: Path) -> None:
+    store = EvidenceStore(tmp_path / "ev", 10_000, 1, clock)
+    kept = store.keep(trace(tmp_path, "small", 1_000), {})
+    with pytest.raises(EvidenceError):
+        store.keep(trace(tmp_path, "big", 20_000), {})
+    assert [k.id for k in store.windows()] == [kept.id]
+
+
+def test_a_trace_larger_than_the_room_left_is_sized_then_written_whole(tmp_path: Path) -> None:
+    """6,000 random bytes kept take more than 6,000 on disk: beside them, 10,000 leave less room
+    than a second such trace needs, so the first goes, and the second is written whole."""
+    bound = 10_000
+    store = EvidenceStore(tmp_path / "ev", bound, 10, clock, opener=watched(bound))
+    store.keep(trace(tmp_path, "a", 6_000), {})
+    second = trace(tmp_path, "b", 6_000)
+    kept = store.keep(second, {})
+    assert [k.id for k in store.windows()] == [kept.id]
+    assert gzip.decompress((tmp_path / "ev" / (kept.id + TRACE_SUFFIX)).read_bytes()) == second.read_bytes()
+    assert on_disk(tmp_path / "ev") == kept.bytes

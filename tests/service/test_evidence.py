@@ -22,6 +22,12 @@ def own_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
     return svc.exposition.self_registry.get_sample_value(md.exposed_name(m), labels)
 
 
+def settled(svc: Service) -> Service:
+    """The service once its evidence worker has kept what its rounds handed over."""
+    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(30)
+    return svc
+
+
 def deleting_window(path: Path, done: list[bool]) -> CapturedWindow:
     """A window whose source deletes its trace once told it was processed (as kineto-daemon does)."""
 
@@ -40,6 +46,7 @@ def test_the_first_window_is_kept_as_the_engine_wrote_it_before_its_source_delet
     src.queue.append([deleting_window(copy, done)])
     svc = service_for(src, evidence_dir=tmp_path / "ev")
     svc.run_round()
+    settled(svc)
     assert done == [True] and not copy.exists()
     (kept,) = sorted((tmp_path / "ev").glob("*" + TRACE_SUFFIX))
     assert kept.read_bytes() == ALEXNET.read_bytes()
@@ -58,6 +65,7 @@ def test_a_folder_that_refuses_the_keep_is_counted_and_the_window_is_exported(tm
     src.queue.append([deleting_window(copy, done)])
     svc = service_for(src, evidence_dir=tmp_path / "file" / "ev")
     svc.run_round()
+    settled(svc)
     assert done == [True]
     assert own_value(svc, md.EVIDENCE_FAILED, reason="io_error") == 1
     assert own_value(svc, md.EVIDENCE_KEPT, reason="baseline") == 0
@@ -75,6 +83,7 @@ def test_a_flood_of_anomalous_windows_stays_within_the_bounds(tmp_path: Path) ->
         path = write(tmp_path / f"w{i}.json", doc)
         src.queue.append([CapturedWindow(source="stub:1", path=path)])
         svc.run_round()
+        settled(svc)
         on_disk = list((tmp_path / "ev").iterdir())
         assert len([p for p in on_disk if p.name.endswith(TRACE_SUFFIX)]) <= 4
         assert sum(p.stat().st_size for p in on_disk) <= 1 << 20
@@ -84,12 +93,36 @@ def test_a_flood_of_anomalous_windows_stays_within_the_bounds(tmp_path: Path) ->
     assert own_value(svc, md.EVIDENCE_KEPT, reason="artifact") == 12
 
 
+def test_a_flood_in_one_round_is_kept_or_counted_as_dropped_and_stays_within_the_bounds(tmp_path: Path) -> None:
+    """12 anomalous windows in one round: the queue holds 4, and the worker may have taken some out
+    meanwhile (how many depends on how fast it runs); the rest are dropped, counted."""
+    src = StubSource()
+    svc = service_for(src, evidence_dir=tmp_path / "ev", evidence_files=3, evidence_bytes=1 << 20)
+    paths = [
+        write(tmp_path / f"w{i}.json", trace_doc([span(0, 1000), kernel(f"k{i}", ts=10, dur=5, grid=(2**31, 1, 1))]))
+        for i in range(12)
+    ]
+    src.queue.append([CapturedWindow(source="stub:1", path=p) for p in paths])
+    svc.run_round()
+    settled(svc)
+    kept, dropped = (
+        own_value(svc, md.EVIDENCE_KEPT, reason="artifact"),
+        own_value(svc, md.EVIDENCE_FAILED, reason="queue_full"),
+    )
+    assert kept is not None and dropped is not None
+    assert kept + dropped == 12 and kept >= 4
+    on_disk = list((tmp_path / "ev").iterdir())
+    assert len([p for p in on_disk if p.name.endswith(TRACE_SUFFIX)]) == 3
+    assert own_value(svc, md.EVIDENCE_BYTES) == sum(p.stat().st_size for p in on_disk) <= 1 << 20
+
+
 def test_a_kept_windows_id_rides_as_an_exemplar_on_the_per_gpu_counters_it_fed(tmp_path: Path) -> None:
     src = StubSource()
     doc = trace_doc([span(0, 1000), kernel("k", ts=10, dur=50, device=0), kernel("k", ts=10, dur=50, device=1)])
     src.queue.append([CapturedWindow(source="stub:1", path=write(tmp_path / "w.json", doc))])
     svc = service_for(src, evidence_dir=tmp_path / "ev")
     svc.run_round()
+    settled(svc)
     (kept,) = (tmp_path / "ev").glob("*" + TRACE_SUFFIX)
     kid = kept.name.removesuffix(TRACE_SUFFIX)
     text = svc.render("application/openmetrics-text; version=1.0.0")[0].decode()

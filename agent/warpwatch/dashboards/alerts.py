@@ -177,6 +177,10 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                     "Theoretical unchanged but waves per SM fell below 1: the grid no longer fills "
                     "the GPU (smaller batch, more tensor-parallel ranks).",
                     "Check what was deployed around the time the drop started.",
+                    "Open the traces: the alert's `evidence` annotation pulls what every pod of the "
+                    "deployment kept since the drop began (`warpwatch evidence pull`, one folder per "
+                    "pod); the windows kept as `degraded` name this kernel in their JSON's `degraded` "
+                    "list, and `warpwatch analyze` shows their launch configurations.",
                 ),
                 mitigation=(
                     "Roll back or pin the change that altered the launch configuration; retune "

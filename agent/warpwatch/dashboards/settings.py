@@ -66,6 +66,10 @@ class Settings:
     """Where a pod's kept traces are listed (the agent's `/evidence`), `{namespace}` and `{pod}` replaced by
     the pod's: the pod-alerts' `evidence_url` annotation and the Kernels board's data link. The default
     goes through `kubectl proxy` (port 8001) to the agent's default port."""
+    deployment_pod_label: str = "app.kubernetes.io/instance"
+    """The pod label the scrape turns into `deployment` (the chart's `serviceMonitor.deploymentLabel`):
+    the alerts about a whole deployment name its pods with it (`kubectl get pods -l`) to pull their
+    kept traces."""
     datasource_uid: str = "warpwatch-prometheus"
     datasource_name: str = "Prometheus (warpwatch)"
     folder_uid: str = "warpwatch"
@@ -154,6 +158,11 @@ class Settings:
     def evidence_link(self, namespace: str, pod: str) -> str:
         """`evidence_url` for one pod (`namespace` and `pod` may be templates that name them)."""
         return self.evidence_url.replace("{namespace}", namespace).replace("{pod}", pod)
+
+    def evidence_agent(self, namespace: str, pod: str) -> str:
+        """The agent's URL for `warpwatch evidence pull`: `evidence_link` without its `/evidence`."""
+        link = self.evidence_link(namespace, pod)
+        return link.removesuffix("/evidence") if link.endswith("/evidence") else link
 
     @property
     def degraded_kernel_for(self) -> str:

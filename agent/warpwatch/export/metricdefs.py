@@ -459,7 +459,8 @@ EVIDENCE_FAILED = MetricDef(
     "warpwatch_evidence_failed",
     "counter",
     "Windows the rule chose whose trace could not be kept, by reason (io_error: the folder refused it, "
-    "e.g. a full disk; too_large: larger than --evidence-bytes compressed).",
+    "e.g. a full disk; too_large: larger than --evidence-bytes compressed; queue_full: too many windows "
+    "were waiting to be kept; shutdown: the agent stopped first).",
     ("reason",),
 )
 EVIDENCE_BYTES = MetricDef(

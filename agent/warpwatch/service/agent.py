@@ -52,11 +52,13 @@ class Service:
         ready_slack_s: float = READY_SLACK_S,
         limits: Limits | None = None,
         memory: MemoryBudget | None = None,
+        evidence_store: EvidenceStore | None = None,
     ) -> None:
         """`clock` (wall, Unix seconds) stamps windows; `monotonic` measures ages (readiness), capture
         deadlines and clock steps. `monotonic` defaults to `time.monotonic`, or to `clock` when only
         `clock` is given (a test then drives both with one fake). `limits` bound the HTTP server
-        (default `http_limits(Limits())`), `memory` each window's read (default: the cgroup's)."""
+        (default `http_limits(Limits())`), `memory` each window's read (default: the cgroup's),
+        `evidence_store` what `--evidence-dir` keeps (default: a store on that folder)."""
         self.config = config
         self._build_sources = sources is None
         self.sources: list[Source] = list(sources) if sources is not None else []
@@ -83,13 +85,11 @@ class Service:
         self.rounds.on_period = self._set_period
         self.exposition.add_own(OverheadCollector(self.rounds.overhead.view))
         if config.evidence_dir is not None:
-            self.rounds.evidence = Evidence(
-                EvidenceStore(config.evidence_dir, config.evidence_bytes, config.evidence_files, clock),
-                KeepRule(),
+            self._keep_evidence(
+                evidence_store
+                or EvidenceStore(config.evidence_dir, config.evidence_bytes, config.evidence_files, clock),
                 clock,
-                self.rounds.repeats,
             )
-            self.exposition.add_own(EvidenceCollector(self.rounds.evidence.view))
         self.ready = Readiness(config, monotonic, ready_slack_s, period=self.rounds.period_now)
         self.web: WebConfig | None = None
         """TLS / basic auth for every HTTP path (exporter-toolkit web config), when configured."""
@@ -97,6 +97,11 @@ class Service:
         self._scheduler: Ticker | None = None
         self._round_lock = threading.Lock()
         self._round_count = 0
+
+    def _keep_evidence(self, store: EvidenceStore, clock: Callable[[], float]) -> None:
+        """--evidence-dir: the rounds offer their windows to the keep rule; its metrics are the agent's."""
+        self.rounds.evidence = Evidence(store, KeepRule(), clock, self.rounds.repeats)
+        self.exposition.add_own(EvidenceCollector(self.rounds.evidence.view))
 
     @property
     def port(self) -> int:
@@ -216,17 +221,19 @@ class Service:
         return 0
 
     def shutdown(self) -> None:
-        """Stop scheduling, give the round in progress `window + shutdown_grace_s`, then abandon it."""
+        """Stop scheduling, give the round in progress and then the evidence still being kept
+        `window + shutdown_grace_s` in all, then abandon what is left."""
         if self._stopping.is_set():
             return
         self._stopping.set()
         event(log, "stopping")
         wait = self.config.window + self.shutdown_grace_s
+        deadline = time.monotonic() + wait
         self._stop_scheduler()
         finished = self._round_lock.acquire(timeout=wait)
         if finished:
             self._round_lock.release()
-        self._stop_all(abandoned=not finished, wait=wait)
+        self._stop_all(abandoned=not finished, wait=wait, drain_s=deadline - time.monotonic())
         event(log, "stopped", rounds=self._round_count)
 
     def _stop_scheduler(self) -> None:
@@ -234,8 +241,10 @@ class Service:
         if scheduler is not None:
             scheduler.stop()
 
-    def _stop_all(self, abandoned: bool = False, wait: float = 0.0) -> None:
+    def _stop_all(self, abandoned: bool = False, wait: float = 0.0, drain_s: float = 0.0) -> None:
         self._stop_scheduler()
+        if self.rounds.evidence is not None:  # before the sources close: it gives their traces back
+            self.rounds.evidence.close(drain_s)
         for src in self.sources:
             try:
                 src.close()

@@ -1,6 +1,10 @@
 """Keeping a round's windows as evidence: each analysed window is judged (`evidence.rule`) and, when
-kept, copied into the store (`evidence.store`) with a summary beside it, before its source may delete
-the trace. A failed keep is counted and logged; it never fails the window."""
+kept, handed with a summary to a worker (`evidence.keeper`) that copies it into the store
+(`evidence.store`); the round goes on at once. Its source gets the trace back (may delete it) only
+once the copy is over. The window's id is reserved at the hand-over, so that it rides as an exemplar
+at once; `/evidence/ID` answers 503 (pending) until the trace is written, 404 if the keep failed.
+A keep that fails (the folder refuses it, it is too large, the queue is full, the agent stops first)
+is counted by reason and logged; it never fails the window."""
 
 from __future__ import annotations
 
@@ -9,11 +13,15 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..capture import CapturedWindow
+from ..capture.confine import RefusedFile, open_confined
+from ..evidence.keeper import QUEUE, Keeper
 from ..evidence.rule import REASONS, KeepRule, Verdict
-from ..evidence.store import FAIL_REASONS, EvidenceError, EvidenceStore, EvidenceView, KeptWindow
+from ..evidence.store import FAIL_REASONS, EvidenceError, EvidenceStore, EvidenceView
 from ..logs import RepeatFilter, event, limited_event
 from ..model import WindowAnalysis
 
@@ -33,8 +41,20 @@ def identity(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class Keep:
+    """One window handed to the keeper: its reserved id, its trace, the JSON to keep beside it, why,
+    and `release`, which gives the trace back to its source (called once, when the keep is over)."""
+
+    id: str
+    path: Path
+    meta: dict[str, Any]
+    reason: str
+    release: Callable[[], None]
+
+
 class Evidence:
-    """The rule and the store of one service (module doc); `offer` from the round thread only."""
+    """The rule, the store and the keeper of one service (module doc); `offer` from the round thread."""
 
     def __init__(
         self,
@@ -43,49 +63,106 @@ class Evidence:
         clock: Callable[[], float],
         repeats: RepeatFilter,
         where: Mapping[str, str] | None = None,
+        queue: int = QUEUE,
     ) -> None:
         self.store = store
         self.rule = rule
         self.clock = clock
         self.repeats = repeats
         self.where = dict(where if where is not None else identity())
+        self.keeper: Keeper[Keep] = Keeper(self._keep, queue)
         self._counts_lock = threading.Lock()
         self._kept = dict.fromkeys(REASONS, 0)
         self._failed: dict[str, int] = dict.fromkeys(FAIL_REASONS, 0)
 
-    def offer(self, cw: CapturedWindow, analysis: WindowAnalysis | None) -> KeptWindow | None:
-        """Judge one analysed window and keep its trace when the rule says so; the kept window or None."""
+    def offer(self, cw: CapturedWindow, analysis: WindowAnalysis | None, release: Callable[[], None]) -> str | None:
+        """Judge one analysed window; when the rule keeps it, hand its trace to the keeper and return
+        the id it is being kept as. `release` gives the trace back to its source: called once, after
+        the copy, or before this returns when nothing was handed over."""
+        try:
+            kid = self._hand(cw, analysis, release)
+        except BaseException:
+            release()
+            raise
+        if kid is None:
+            release()
+        return kid
+
+    def _hand(self, cw: CapturedWindow, analysis: WindowAnalysis | None, release: Callable[[], None]) -> str | None:
         if analysis is None or cw.path is None:
             return None
         now = self.clock()
         verdict = self.rule.judge(analysis, now)
         if verdict.reason is None:
             return None
+        meta = window_meta(cw, analysis, verdict, now, self.where)
+        keep = Keep(self.store.reserve(), cw.path, meta, verdict.reason, release)
+        if self.keeper.hand(keep):
+            return keep.id
+        self.store.release(keep.id)
+        if self.keeper.closed:  # a round that outlived the shutdown's wait
+            self._count_failure(keep, EvidenceError("shutdown", "the agent is stopping"))
+        else:
+            self._count_failure(keep, EvidenceError("queue_full", f"{self.keeper.capacity} windows wait to be kept"))
+        return None
+
+    def _keep(self, keep: Keep) -> None:
+        """The keeper's work: one window copied into the store, counted; then its trace released."""
         try:
-            kept = self.store.keep(cw.path, window_meta(cw, analysis, verdict, now, self.where))
+            if self.keeper.abandoning():
+                raise EvidenceError("shutdown", "the agent stopped before this window's trace was kept")
+            # as the reader opened it: no link followed out of its folder, no FIFO swapped in since
+            with open_confined(keep.path) as opened:
+                kept = self.store.keep(Path(opened.reader_path), keep.meta, keep.id, cancelled=self.keeper.abandoning)
+        except RefusedFile as exc:
+            self._count_failure(keep, EvidenceError("io_error", str(exc)))
         except EvidenceError as exc:
+            self._count_failure(keep, exc)
+        except Exception as exc:  # a bug: counted, and the keeper goes on
+            self._count_failure(keep, EvidenceError("io_error", f"unexpected {type(exc).__name__}: {exc}"))
+        else:
             with self._counts_lock:
-                self._failed[exc.reason] += 1
-            limited_event(
-                log,
-                self.repeats,
-                ("evidence_failed", exc.reason),
-                "evidence_failed",
-                logging.WARNING,
-                file=cw.path.name,
-                reason=exc.reason,
-                error=str(exc),
-            )
-            return None
+                self._kept[keep.reason] += 1
+            event(log, "evidence_kept", id=kept.id, reason=keep.reason, file=keep.path.name, bytes=kept.bytes)
+        finally:
+            self.store.release(keep.id)
+            _release(keep)
+
+    def close(self, timeout: float) -> None:
+        """Let the keeper finish for at most `timeout` seconds; what it had not started is counted
+        (`shutdown`) and given back to its source."""
+        for keep in self.keeper.close(timeout):
+            self.store.release(keep.id)
+            self._count_failure(keep, EvidenceError("shutdown", "the agent stopped before this window was kept"))
+            _release(keep)
+
+    def _count_failure(self, keep: Keep, exc: EvidenceError) -> None:
         with self._counts_lock:
-            self._kept[verdict.reason] += 1
-        event(log, "evidence_kept", id=kept.id, reason=verdict.reason, file=cw.path.name, bytes=kept.bytes)
-        return kept
+            self._failed[exc.reason] += 1
+        limited_event(
+            log,
+            self.repeats,
+            ("evidence_failed", exc.reason),
+            "evidence_failed",
+            logging.WARNING,
+            id=keep.id,
+            file=keep.path.name,
+            reason=exc.reason,
+            error=str(exc),
+        )
 
     def view(self) -> EvidenceView:
         windows = self.store.windows()
         with self._counts_lock:
             return EvidenceView(dict(self._kept), dict(self._failed), sum(k.bytes for k in windows), len(windows))
+
+
+def _release(keep: Keep) -> None:
+    """Give the trace back to its source; a source that fails at it must not stop the keeper."""
+    try:
+        keep.release()
+    except Exception as exc:
+        event(log, "evidence_release_failed", logging.ERROR, exc_info=exc, file=keep.path.name, error=str(exc))
 
 
 def window_meta(

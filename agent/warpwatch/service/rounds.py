@@ -176,20 +176,21 @@ class Rounds:
         self.exposition.publish(self.builder.snapshot())
 
     def process_window(self, cw: CapturedWindow) -> WindowResult:
-        """Open (confined to its folder), read and analyse one window (`window.read_window`), offer it
-        as evidence (a kept window's id then rides on its GPUs' counters), and only then let its source
-        delete the trace."""
+        """Open (confined to its folder), read and analyse one window (`window.read_window`), and offer
+        it as evidence: a kept window's trace goes to the evidence worker, its id rides on its GPUs'
+        counters at once, and its source may delete the trace only once the copy is over."""
         if self.evidence is None:
             return read_window(cw, self._reading())
         held: list[bool] = []
         result = read_window(dataclasses.replace(cw, on_done=held.append), self._reading())
-        try:
-            kept = self.evidence.offer(cw, result.analysis)
-            if kept is not None and result.analysis is not None:
-                self.builder.note_evidence((d.device for d in result.analysis.devices), kept.id, self.clock())
-        finally:
+
+        def release() -> None:
             for processed in held:
                 cw.done(processed)
+
+        kid = self.evidence.offer(cw, result.analysis, release)
+        if kid is not None and result.analysis is not None:
+            self.builder.note_evidence((d.device for d in result.analysis.devices), kid, self.clock())
         return result
 
     def _reading(self) -> WindowReading:

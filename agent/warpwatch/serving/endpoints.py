@@ -7,8 +7,10 @@
 - `/readyz`: 200 or 503 with the reason (`Service.readiness`);
 - `/evidence`: the kept windows (`--evidence-dir`) as a JSON list, oldest first, each the JSON kept
   beside its trace (`?since=&until=`: kept within these Unix times, 400 when they are not numbers);
-  `/evidence/ID`: that window's trace (gzip). 404 without `--evidence-dir`, for an unknown id and
-  for anything that is not an id (no path is ever built from the request);
+  `/evidence/ID`: that window's trace (gzip); 503 with `Retry-After` while it is still being written
+  (its id is an exemplar from the start). 404 without `--evidence-dir`, for an unknown id (one never
+  kept, failed or pushed out since) and for anything that is not an id (no path is ever built from
+  the request);
 - `/`: a small index; anything else 404; methods other than GET and HEAD 405.
 
 With a web config, every path first needs the basic-auth credentials (`serving.auth`): 401 with
@@ -153,6 +155,10 @@ class Endpoints:
             return store.read_trace(kid)
 
         body = await asyncio.get_running_loop().run_in_executor(self._pool, work)
+        if body is None and store.pending(kid):
+            return self._reply(
+                503, b"not yet: this window's trace is still being written; try again\n", headers={"Retry-After": "1"}
+            )
         if body is None:
             return self._reply(404, b"not found: no kept window has this id (GET /evidence lists them)\n")
         if not kid:
