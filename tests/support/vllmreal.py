@@ -50,8 +50,9 @@ tok.train_from_iterator(text, trainers.BpeTrainer(
     vocab_size=1024, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
 PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(out)
 torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+hidden, inter, layers, heads = (int(v) for v in sys.argv[2:6])
+cfg = LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=512,
                   bos_token_id=1, eos_token_id=2)
 LlamaForCausalLM(cfg).save_pretrained(out)
 """
@@ -72,10 +73,19 @@ def vllm_python() -> Path:
     pytest.skip(why)
 
 
-def make_model(python: Path, folder: Path) -> Path:
+MODEL_SIZES = {
+    "tiny": (128, 256, 2, 4),
+    "engine_bound": (768, 2048, 12, 12),
+}
+"""(hidden size, intermediate size, layers, attention heads). `tiny`: a step takes about a millisecond,
+so on 2 cores the API server, not the engine, limits what clients receive. `engine_bound`: 85 M
+parameters, steps slow enough that the engine limits the tokens served, as on a GPU server."""
+
+
+def make_model(python: Path, folder: Path, size: str = "tiny") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [str(python), "-c", MODEL_SCRIPT, str(folder)],
+        [str(python), "-c", MODEL_SCRIPT, str(folder), *map(str, MODEL_SIZES[size])],
         check=True,
         timeout=300,
         stdout=subprocess.DEVNULL,
@@ -194,9 +204,11 @@ class VllmServer:
 
 
 @contextlib.contextmanager
-def serve(tmp: Path, *, profiler: dict[str, object] | None, env: dict[str, str] | None = None) -> Iterator[VllmServer]:
+def serve(
+    tmp: Path, *, profiler: dict[str, object] | None, env: dict[str, str] | None = None, size: str = "tiny"
+) -> Iterator[VllmServer]:
     python = vllm_python()
-    model = make_model(python, tmp / "model")
+    model = make_model(python, tmp / "model", size)
     server = VllmServer(python, model, tmp / "vllm.log", profiler=profiler, env=env)
     try:
         yield server
