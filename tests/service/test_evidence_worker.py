@@ -162,3 +162,31 @@ def test_a_trace_swapped_for_a_link_out_of_its_folder_while_waiting_is_not_kept(
     assert own_value(svc, md.EVIDENCE_KEPT, reason="artifact") == 1
     kept = [gzip.decompress(store.read_trace(kid) or b"") for kid in kept_ids(tmp_path / "ev")]
     assert kept == [first.read_bytes()]
+
+
+def ordinary_trace(path: Path) -> Path:
+    """A window with nothing to keep it but the hour's baseline."""
+    return write(path, trace_doc([span(0, 1000), kernel("k", ts=10, dur=5, grid=(64, 1, 1))]))
+
+
+def test_a_baseline_that_finds_the_queue_full_leaves_the_hours_slot_to_the_next_window(tmp_path: Path) -> None:
+    src, gate = StubSource(), Gate()
+    done: dict[int, list[bool]] = {i: [] for i in range(7)}
+    traces = {i: artefact_trace(tmp_path / f"w{i}.json", f"k{i}") for i in range(5)}
+    traces[5], traces[6] = ordinary_trace(tmp_path / "w5.json"), ordinary_trace(tmp_path / "w6.json")
+    svc, _ = gated_service(tmp_path, src, gate)
+    evidence = svc.rounds.evidence
+    assert evidence is not None
+    src.queue.append([deleting(traces[0], done[0])])
+    svc.run_round()
+    assert gate.entered.wait(WAIT_S)  # window 0 is being copied
+    src.queue.append([deleting(traces[i], done[i]) for i in range(1, 6)])
+    svc.run_round()  # windows 1-4 fill the queue; window 5, the hour's baseline, finds it full
+    assert own_value(svc, md.EVIDENCE_FAILED, reason="queue_full") == 1
+    gate.open.set()
+    assert evidence.keeper.idle(WAIT_S)
+    src.queue.append([deleting(traces[6], done[6])])
+    svc.run_round()  # the same hour: window 6 takes the slot window 5 could not use
+    assert evidence.keeper.idle(WAIT_S)
+    assert own_value(svc, md.EVIDENCE_KEPT, reason="baseline") == 1
+    assert done[6] == [True] and len(kept_ids(tmp_path / "ev")) == 6

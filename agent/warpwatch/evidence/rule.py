@@ -60,6 +60,7 @@ class KeepRule:
     min_time_share: float = DEFAULT_SETTINGS.degraded_min_time_share
     baseline_interval_s: float = BASELINE_INTERVAL_S
     last_baseline: float | None = None
+    previous_baseline: float | None = None
     levels: dict[tuple[int, str], deque[float]] = field(default_factory=dict)
 
     @classmethod
@@ -81,9 +82,15 @@ class KeepRule:
             or now - self.last_baseline >= self.baseline_interval_s
             or now < self.last_baseline
         ):
-            self.last_baseline = now
+            self.previous_baseline, self.last_baseline = self.last_baseline, now
             return Verdict("baseline")
         return Verdict(None)
+
+    def baseline_lost(self, at: float) -> None:
+        """The baseline judged at `at` was not kept (no room in the keeper's queue): the hour's slot
+        goes back, so the next ordinary window takes it."""
+        if self.last_baseline == at:
+            self.last_baseline = self.previous_baseline
 
     def _degraded(self, analysis: WindowAnalysis) -> Iterator[Degraded]:
         for k in analysis.kernels:

@@ -100,6 +100,8 @@ class Evidence:
         if self.keeper.hand(keep):
             return keep.id
         self.store.release(keep.id)
+        if verdict.reason == "baseline":
+            self.rule.baseline_lost(now)
         if self.keeper.closed:  # a round that outlived the shutdown's wait
             self._count_failure(keep, EvidenceError("shutdown", "the agent is stopping"))
         else:
