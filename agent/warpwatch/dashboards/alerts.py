@@ -197,10 +197,11 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
             expr=(f"abs(\n  (\n    {occupancy}\n  )\n  - {nvml}\n) > {s.nvml_max_difference}"),
             for_=s.nvml_for,
             severity="warning",
-            summary="GPU {{ $labels.gpu }}: estimated occupancy and NVML GPM SM occupancy differ by "
-            '{{ printf "%.2f" $value }}',
+            summary="GPU {{ $labels.gpu }} of {{ $labels.pod }}: estimated occupancy and NVML GPM SM occupancy "
+            'differ by {{ printf "%.2f" $value }}',
             description=(
-                "warpwatch's estimated occupancy of GPU {{ $labels.gpu }} differs from the hardware's "
+                "warpwatch's estimated occupancy of GPU {{ $labels.gpu }} (pod {{ $labels.namespace }}/"
+                "{{ $labels.pod }}) differs from the hardware's "
                 '(NVML GPM SM occupancy) by {{ printf "%.2f" $value }} over the last '
                 f"{s.nvml_window} (bound {s.nvml_max_difference}). Either other processes share the GPU, "
                 "the device indices differ, or the traces miss most of the GPU's work."
