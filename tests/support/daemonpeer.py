@@ -85,7 +85,7 @@ class Peer:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=hang_guard(10))
 
 
 @contextlib.contextmanager
