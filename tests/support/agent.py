@@ -56,7 +56,9 @@ def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[st
 
 
 def agent_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
+    # COLUMNS left out too: the tables' width is the piped default, whatever terminal (or pytest-xdist
+    # worker) the suite runs from.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_") and k != "COLUMNS"}
     env["PYTHONPATH"] = str(ROOT / "agent") + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
