@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from support.paths import ROOT
+from support.patience import hang_guard
 
 README = ROOT / "README.md"
 DEVELOPMENT = ROOT / "docs" / "development.md"
@@ -77,7 +78,7 @@ def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_co
     try:
         command = curl.replace("localhost:9946", f"localhost:{port}")
         assert command != curl, "the README's curl no longer names the default port"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + hang_guard(30)  # the agent's first window; a hang guard
         while True:
             out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30).stdout
             if "warpwatch_kernel_reported_warps_per_sm_min" in out:

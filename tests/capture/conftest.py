@@ -11,6 +11,8 @@ import pytest
 
 from support.agent import CONTROL
 from support.engines.threaded import StandIn
+from support.patience import HANG_GUARD_S
+from warpwatch.capture.daemon import serve
 
 
 @pytest.fixture
@@ -41,3 +43,14 @@ def standins() -> Iterator[list[StandIn]]:
     yield made
     for s in made:
         s.close()
+
+
+@pytest.fixture
+def lockstep_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For fake Kineto clients that send one datagram and wait for its reply before the next:
+    the agent's reply deadline (`wire.REPLY_DEADLINE_S`, 50 ms) is for a real client, which stops
+    waiting and would read a late reply as the answer to its next poll. A lockstep client waits
+    however long the agent takes, so on a loaded machine a reply dropped as late would only fail
+    the test with a timeout (issue 38: test_one_shot_senders... under stress-ng). The deadline
+    itself is tested with a stalled agent and a real client (test_daemon_replies)."""
+    monkeypatch.setattr(serve, "REPLY_DEADLINE_S", HANG_GUARD_S)

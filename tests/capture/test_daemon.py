@@ -29,6 +29,7 @@ from support.daemonpeer import (
     wait_for,
     warpwatch_threads,
 )
+from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.capture.daemon import (
     ABSTRACT_ADDRESS,
@@ -148,14 +149,17 @@ def test_two_processes_each_get_a_config_and_deliver_their_trace(peer: Peer) -> 
         assert clients[a.pid].pids[0] == a.pid
         assert clients[a.pid].address.startswith(str(peer.socket_dir) + "/dynoconfigclient")
 
-        windows = src.capture(0.5, 10)
-
-        assert sorted(int(w.labels["process"]) for w in windows) == sorted([a.pid, b.pid])
-        for w in windows:
-            assert_kineto_trace(w, int(w.labels["process"]), 500, span=True)
-        assert src.configs_sent == 2
-        for w in windows:
-            w.done()
+        # torch 2.13 leaves the Trace span out of a process's first on-demand trace now and then
+        # (when it starts within seconds of `import torch`, which a loaded machine stretches; see
+        # assert_kineto_trace): the first window is checked without it, the second with it.
+        for span in (False, True):
+            windows = src.capture(0.5, 10)
+            assert sorted(int(w.labels["process"]) for w in windows) == sorted([a.pid, b.pid])
+            for w in windows:
+                assert_kineto_trace(w, int(w.labels["process"]), 500, span=span)
+            for w in windows:
+                w.done()
+        assert src.configs_sent == 4
         assert os.listdir(peer.trace_dir) == []
     finally:
         src.close()
@@ -287,6 +291,7 @@ def test_a_taken_abstract_name_is_refused(tmp_path: Path) -> None:
             squatter.close()
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 def test_malformed_datagrams_are_counted_and_ignored(peer: Peer) -> None:
     src = peer.source()
     src.start()
@@ -309,8 +314,9 @@ def test_malformed_datagrams_are_counted_and_ignored(peer: Peer) -> None:
         unbound.close()
         wait_for(lambda: src.malformed_datagrams == len(junk) + 1, 5, "the junk to be counted")
         with pytest.raises(TimeoutError):
-            client.recv(4096)  # no reply to junk
+            client.recv(4096)  # no reply to junk (all of it counted above: none is on its way)
         assert src.clients() == []
+        client.settimeout(hang_guard(0.3))  # replies from here on: however long a loaded agent takes
 
         # Still serving: a well-formed poll is answered "nothing to do"...
         client.sendto(req(3, [os.getpid()]), daemon)
@@ -322,15 +328,17 @@ def test_malformed_datagrams_are_counted_and_ignored(peer: Peer) -> None:
         results: list[list[CapturedWindow]] = []
         capture = threading.Thread(target=lambda: results.append(src.capture(0.2, 0.5)))
         capture.start()
-        time.sleep(0.2)
-        client.sendto(req(3, [os.getpid()]), daemon)
-        reply = client.recv(4096)
+        reply = HEADER.pack(0, b"req")
+        while reply == HEADER.pack(0, b"req") and capture.is_alive():  # polls, as Kineto does, until
+            time.sleep(0.05)  # the window has opened and its config comes
+            client.sendto(req(3, [os.getpid()]), daemon)
+            reply = client.recv(4096)
         size, kind = HEADER.unpack_from(reply)
         config = reply[HEADER.size :].decode()
         assert kind.rstrip(b"\0") == b"req" and size == len(config)
         assert f"ACTIVITIES_LOG_FILE={peer.trace_dir}/warpwatch_" in config
         assert "ACTIVITIES_DURATION_MSECS=200\n" in config
-        capture.join(timeout=15)
+        capture.join(timeout=hang_guard(15))
         [window] = results[0]
         assert window.outcome == "timed_out"  # this fake client writes no trace
     finally:
@@ -338,16 +346,18 @@ def test_malformed_datagrams_are_counted_and_ignored(peer: Peer) -> None:
         src.close()
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 def test_silent_clients_are_forgotten(peer: Peer) -> None:
     src = peer.source(client_ttl_s=0.5)
     src.start()
     client = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     client.bind(str(peer.socket_dir / "fakeclient"))
-    client.settimeout(1)
+    client.settimeout(hang_guard(1))
     try:
         client.sendto(req(3, [os.getpid()]), str(peer.socket_dir / "dynolog"))
         client.recv(4096)
-        assert [c.pid for c in src.clients()] == [os.getpid()]
+        # Registered (its registry entry may already be gone if the agent answered it late).
+        assert src.stats().clients_seen == 1
         wait_for(lambda: src.clients() == [], 5, "the client to be forgotten")
     finally:
         client.close()

@@ -25,6 +25,8 @@ from warpwatch.capture.daemon.files import TraceFiles
 from warpwatch.export import metricdefs as md
 from warpwatch.export.selfmetrics import AgentCollector
 
+pytestmark = pytest.mark.usefixtures("lockstep_replies")  # fake clients in lockstep (conftest)
+
 
 @pytest.fixture
 def root() -> Iterator[Path]:

@@ -73,6 +73,7 @@ def test_one_odd_gap_among_regular_polls_does_not_move_the_interval(
 # -- one-shot registrations ---------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 def test_one_shot_senders_make_room_for_a_client_that_keeps_polling(peer: Peer) -> None:
     """Issue 20: 1,024 one-datagram registrations filled the registry, and every later sender,
     a real client too, was refused. Here with room for 8."""

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from warpwatch.capture.daemon.sockets import Received
 
 
+pytestmark = pytest.mark.usefixtures("lockstep_replies")  # fake clients in lockstep (conftest)
+
+
 @pytest.fixture
 def peer() -> Iterator[Peer]:
     with open_peer() as p:

@@ -140,6 +140,7 @@ def test_a_stalled_agent_does_not_leave_the_client_a_poll_behind(peer: Peer) -> 
 # -- senders that never read ----------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 def test_senders_that_never_read_cannot_stop_the_replies_to_others(peer: Peer) -> None:
     """Issue 20: their unread replies used up the socket's send buffer, after which no one got
     a reply. 40 senders x 20 polls of about 1.3 KB each are five times the default 208 KiB."""
@@ -184,6 +185,7 @@ def queue_capacity(peer: Peer) -> int:
         source.close()
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 def test_a_client_that_cannot_be_delivered_to_three_times_in_a_row_is_dropped(peer: Peer) -> None:
     capacity = queue_capacity(peer)
     src = peer.source()
@@ -228,6 +230,7 @@ def test_a_config_taken_back_does_not_hand_its_file_name_to_another_client() -> 
     assert newcomer not in (held["/s/b"], again)
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
     peer: Peer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,6 +260,7 @@ def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
         src.close()
 
 
+@pytest.mark.usefixtures("lockstep_replies")
 @pytest.mark.slow
 def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(peer: Peer) -> None:
     """Every sender with the trace bit that polled while a window accepted was served a config,

@@ -121,10 +121,10 @@ def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vl
 
 def test_expected_files_all_present_returns_early(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _sglang(standins, trace_dir)
-    src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=20, **FAST)
+    src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=60, **FAST)
     t = time.monotonic()
-    windows = src.capture(0.05, 30)
-    assert time.monotonic() - t < 2
+    windows = src.capture(0.05, 90)
+    assert time.monotonic() - t < 60  # not held for the flush time-out, however loaded the machine
     assert len(_ok(windows)) == 2
 
 
@@ -145,9 +145,9 @@ def test_server_goes_away_mid_window(
     assert server.paths() == ["/start_profile"]
     assert not any(r.exc_info for r in caplog.records)  # one line, no traceback
     assert [r.levelno for r in caplog.records if r.levelno >= logging.WARNING] == [logging.WARNING]
-    t = time.monotonic()
-    assert src.capture(0.4, 10) == []  # backing off: no connection attempt, no wait
-    assert time.monotonic() - t < 0.1
+    # Backing off: no window opened (an attempt would come back as a failed window, as above).
+    assert src.capture(0.4, 10) == []
+    assert server.paths() == ["/start_profile"]
 
 
 def test_retries_of_a_stop_to_a_server_gone_stay_within_the_windows_budget(
@@ -193,7 +193,7 @@ def test_close_mid_window_stops_profiling(trace_dir: Path, standins: list[StandI
     threading.Timer(0.1, src.close).start()
     t = time.monotonic()
     assert src.capture(30, 10) == []
-    assert time.monotonic() - t < 2
+    assert time.monotonic() - t < 30  # the close ended the 30 s window, however loaded the machine
     assert server.paths() == ["/start_profile", "/stop_profile"]
     assert not server.active
 

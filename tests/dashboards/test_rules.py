@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from support.patience import hang_guard
 from warpwatch import config, overhead
 from warpwatch.dashboards import build, rules, ruletests
 from warpwatch.dashboards.alerts import alerts
@@ -42,7 +43,7 @@ def load(name: str) -> Any:
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL is not None
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=cwd, timeout=hang_guard(120))
 
 
 def prometheus_rules() -> list[dict[str, Any]]:

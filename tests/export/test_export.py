@@ -19,6 +19,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from support.exportkit import device, gauged, kernel, ok, publish, value, window
+from support.patience import hang_guard
 from warpwatch.export import metricdefs as md
 from warpwatch.export.builder import (
     FAULTS,
@@ -457,7 +458,12 @@ def test_promtool_finds_nothing_to_complain_about() -> None:
     if promtool is None:
         pytest.skip("promtool is not installed (apt-get install prometheus); CI installs it")
     result = subprocess.run(
-        [promtool, "check", "metrics"], input=fixed_text(), capture_output=True, text=True, timeout=30, check=False
+        [promtool, "check", "metrics"],
+        input=fixed_text(),
+        capture_output=True,
+        text=True,
+        timeout=hang_guard(30),
+        check=False,
     )
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 

@@ -47,6 +47,7 @@ from support.agent import (
     windows,
 )
 from support.daemonpeer import Peer, needs_torch
+from support.patience import hang_guard
 from support.tracebuild import kernel, span, trace_doc
 from warpwatch.capture import CapturedWindow
 from warpwatch.config import Config
@@ -256,7 +257,7 @@ def write_on_volume(kind: str, source: Path, target: Path) -> int:
         capture_output=True,
         text=True,
         preexec_fn=limit if kind == "rlimit" else None,
-        timeout=30,
+        timeout=hang_guard(30),
         check=False,
     )
     return int(proc.stdout.strip() or 0)

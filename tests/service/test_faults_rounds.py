@@ -29,6 +29,7 @@ from support.agent import (
     service_for,
     windows,
 )
+from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
@@ -59,7 +60,7 @@ def test_a_taken_daemon_socket_stops_the_start_with_a_message(tmp_path: Path) ->
             ],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=hang_guard(30),
             check=False,
             env={
                 **{k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")},

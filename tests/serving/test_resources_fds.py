@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from support.paths import HTA
+from support.patience import hang_guard
 from support.process import Process, get
 
 CONTROL = HTA / "trace_diff/control/control.json.gz"
@@ -105,7 +106,7 @@ def test_the_agent_keeps_serving_and_reading_traces_under_1200_idle_connections(
             assert len(socks) > 1000  # the listen backlog takes them; the agent closes the excess
             shutil.copy(CONTROL, traces / CONTROL.name)  # a real trace, to be read while they are held
             statuses, body = [], b""
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + hang_guard(60)  # the first window read, however loaded
             while time.monotonic() < deadline:
                 status, body = get(agent.port)
                 statuses.append(status)
@@ -156,7 +157,7 @@ def test_accept_out_of_descriptors_makes_room_for_the_waiting_client() -> None:
         with idle_connections(server.port, 200) as socks:
             assert len(socks) > 100
             time.sleep(1.0)
-            status, body = get(server.port, timeout=10.0)
+            status, body = get(server.port, timeout=hang_guard(10.0))
             assert server.proc.poll() is None
             assert status == 200
             counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
@@ -190,7 +191,7 @@ def test_a_burst_of_connections_at_the_bound_stays_within_the_descriptors_planne
             finally:
                 server.proc.send_signal(signal.SIGCONT)
             time.sleep(2.0)
-            status, body = get(server.port, timeout=10.0)
+            status, body = get(server.port, timeout=hang_guard(10.0))
             assert status == 200
             counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
             assert int(counts["evicted"]) >= 400

@@ -28,6 +28,7 @@ from warpwatch.names.labels import KernelNamer
 from warpwatch.service.agent import Service
 
 from .paths import HTA
+from .patience import hang_guard
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,11 +43,12 @@ def free_port() -> int:
 
 
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """`warpwatch ARGS`; `timeout` is how long it usually takes, its deadline a hang guard (`patience`)."""
     return subprocess.run(
         [sys.executable, "-m", "warpwatch", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=hang_guard(timeout),
         cwd=ROOT,
         env=agent_env(),
         check=False,
@@ -54,7 +56,9 @@ def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[st
 
 
 def agent_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_")}
+    # COLUMNS left out too: the tables' width is the piped default, whatever terminal (or pytest-xdist
+    # worker) the suite runs from.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARPWATCH_") and k != "COLUMNS"}
     env["PYTHONPATH"] = str(ROOT / "agent") + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -87,6 +91,7 @@ class Agent:
             self.lines.append(line.rstrip("\n"))
 
     def wait_for_line(self, pattern: str, timeout: float) -> str:
+        timeout = hang_guard(timeout)  # how long it usually takes; the deadline guards a hang
         deadline = time.monotonic() + timeout
         rx = re.compile(pattern)
         while time.monotonic() < deadline:
@@ -101,7 +106,7 @@ class Agent:
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         req = urllib.request.Request(self.url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=hang_guard(10)) as resp:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, dict(exc.headers), exc.read()
@@ -112,7 +117,9 @@ class Agent:
         return parse(body.decode())
 
     def wait_for(self, predicate: Callable[[Samples], bool], timeout: float = 20.0) -> Samples:
-        deadline = time.monotonic() + timeout
+        """The first scrape `predicate` holds for; `timeout` is how long that usually takes, the
+        deadline a hang guard of minutes (`patience`)."""
+        deadline = time.monotonic() + hang_guard(timeout)
         while True:
             samples = self.scrape()
             if predicate(samples):
@@ -127,7 +134,7 @@ class Agent:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.proc.wait(timeout)
+            rc = self.proc.wait(hang_guard(timeout))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -29,6 +29,8 @@ import pytest
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import KinetoDaemonSource, encode_message
 
+from .patience import hang_guard
+
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 CLIENT = """
@@ -83,7 +85,7 @@ class Peer:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=hang_guard(10))
 
 
 @contextlib.contextmanager
@@ -102,10 +104,13 @@ def open_peer() -> Iterator[Peer]:
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
+    """Wait until `condition` holds; `timeout_s` is how long it usually takes, the deadline a
+    hang guard of minutes (`patience`)."""
+    limit = hang_guard(timeout_s)
+    deadline = time.monotonic() + limit
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+            raise AssertionError(f"timed out after {limit:g} s waiting for {what}")
         time.sleep(0.05)
 
 
@@ -129,11 +134,16 @@ def assert_kineto_trace(window: CapturedWindow, pid: int, window_ms: int, *, spa
     assert "Record Window End" in names
     spans = [e for e in trace["traceEvents"] if e.get("cat") == "Trace"]
     assert len(spans) == (1 if span else len(spans)) <= 1, json.dumps(trace)[:2000]
+    written_us = window.path.stat().st_mtime * 1e6 + 20_000  # + the file clock's granularity
     for found in spans:
-        # Kineto's span: ts relative to baseTimeNanoseconds, close to the requested start.
+        # Kineto's span: ts relative to baseTimeNanoseconds, from the requested start (Kineto's
+        # thread may begin late on a loaded machine, never early), at least the requested
+        # duration less Kineto's warm-up slack, and over before Kineto wrote the file: how much
+        # later than asked it started or stopped depends on the machine's load, not on warpwatch.
         start_us = trace["baseTimeNanoseconds"] / 1000 + found["ts"]
-        assert abs(start_us - window.requested[0]) < 1_000_000
-        assert found["dur"] == pytest.approx(window_ms * 1000, rel=0.2)
+        assert start_us > window.requested[0] - 1_000_000
+        assert found["dur"] >= 0.8 * window_ms * 1000
+        assert start_us + found["dur"] <= written_us
 
 
 def warpwatch_threads() -> list[threading.Thread]:
@@ -148,10 +158,12 @@ def req(type_: int, pids: list[int], jobid: int = 0, n: int | None = None) -> by
 
 
 def fake_client(path: str | bytes, timeout_s: float = 2.0) -> socket.socket:
-    """A datagram socket bound where a Kineto client would bind (a path, or an abstract name)."""
+    """A datagram socket bound where a Kineto client would bind (a path, or an abstract name);
+    its receives wait for a reply up to the hang guard (`patience`), `timeout_s` being how long
+    one usually takes. A test that checks that no reply comes sets its own, shorter timeout."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(path)
-    s.settimeout(timeout_s)
+    s.settimeout(hang_guard(timeout_s))
     return s
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 from .paths import ROOT
+from .patience import hang_guard
 
 
 class Process:
@@ -24,7 +25,7 @@ class Process:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.port = 0
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + hang_guard(30)  # a hang guard (`patience`)
         while not self.port and time.monotonic() < deadline and self.proc.poll() is None:
             for line in list(self.lines):
                 if m := re.search(r"\bport=(\d+)", line):
@@ -41,7 +42,7 @@ class Process:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(20)
+            return self.proc.wait(hang_guard(20))
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import free_port
+from .patience import hang_guard
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -27,7 +28,7 @@ def query(url: str, promql: str) -> list[dict[str, Any]]:
 
 
 def wait_query(url: str, promql: str, timeout: float = 20.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)  # how long it usually takes (`patience`)
     while True:
         result = query(url, promql)
         if result or time.monotonic() > deadline:
