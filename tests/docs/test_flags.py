@@ -33,6 +33,7 @@ FOREIGN = {
     "--create-namespace": "helm install",
     "--kube-version": "helm template",
     "--durations": "pytest",
+    "--dist": "pytest-xdist",
     "--no-deps": "pip install",
     "--nofile": "prlimit",
     "--enable-feature": "prometheus",
