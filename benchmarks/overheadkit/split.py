@@ -71,6 +71,8 @@ class ServedSamples:
     """(gap before a chunk, tokens in that chunk, inside a window)."""
     longest_stall_s: float = 0.0
     errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    """Each failed request's error (its first 120 characters), counted."""
     agent_in: tuple[float, int] = (0.0, 0)
     """Inter-token gaps (ms) and tokens that arrived inside the agent's own spans (`proxy.agent_spans`)."""
     agent_out: tuple[float, int] = (0.0, 0)
@@ -88,10 +90,15 @@ class ServedSamples:
             self.gaps_ms + other.gaps_ms,
             max(self.longest_stall_s, other.longest_stall_s),
             self.errors + other.errors,
+            _count(self.error_kinds, other.error_kinds),
             _add(self.agent_in, other.agent_in),
             _add(self.agent_out, other.agent_out),
             _add(self.around, other.around),
         )
+
+
+def _count(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
 
 
 def _add(a: tuple[float, int], b: tuple[float, int]) -> tuple[float, int]:
@@ -110,6 +117,8 @@ def served_samples(
     for r in requests:
         if r.error is not None and t0 <= r.sent < t1:
             out.errors += 1
+            kind = r.error[:120]
+            out.error_kinds[kind] = out.error_kinds.get(kind, 0) + 1
         prev = r.sent
         for i, (t, n) in enumerate(r.chunks):
             if t0 <= t < t1:
@@ -216,6 +225,7 @@ def served_summary(s: ServedSamples) -> dict[str, object]:
         "client_slowdown_agent_spans": _ratio(s.agent_in, s.agent_out),
         "longest_stall_s": round(s.longest_stall_s, 3),
         "errors": s.errors,
+        "error_kinds": dict(sorted(s.error_kinds.items())),
         "lost_s_per_window_near": _round(lost_near_windows(s), 3),
     }
 
