@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.patience import hang_guard
 from support.prometheus import PROMETHEUS, prometheus
 from support.promfleet import query
 from warpwatch.dashboards import rules
@@ -37,20 +38,24 @@ T0 = time.time()
 
 
 def body(pod: int) -> str:
-    t = time.time() - T0
+    """Each sample stamped with the moment its value was computed: a scrape's own timestamp is when
+    Prometheus began it, up to a scheduling delay earlier (measured under load: 12 ms off over a
+    10-s rate, 1.5e-3 in one evaluation)."""
+    now_ms = int(time.time() * 1000)
+    t = now_ms / 1000 - T0
     own = f'namespace="ml",deployment="model-{pod % 2}",pod="model-{pod % 2}-{pod}"'
     lines = []
     for gpu in range(2):
         g = f'{own},gpu="{gpu}"'
-        lines.append(f"{md.exposed_name(md.GPU_OBSERVED_SECONDS)}{{{g}}} {t * (1 + pod % 3) / 3}")
-        lines.append(f"{md.exposed_name(md.GPU_BUSY_SECONDS)}{{{g}}} {t * (pod + 1) / 10}")
+        lines.append(f"{md.exposed_name(md.GPU_OBSERVED_SECONDS)}{{{g}}} {t * (1 + pod % 3) / 3} {now_ms}")
+        lines.append(f"{md.exposed_name(md.GPU_BUSY_SECONDS)}{{{g}}} {t * (pod + 1) / 10} {now_ms}")
         for k, kernel in enumerate(KERNELS):
             kg = f'{g},kernel="{kernel}"'
             seconds = t * (k + 1) * (pod + 1) / 40
-            lines.append(f"{md.exposed_name(md.KERNEL_SECONDS)}{{{kg}}} {seconds}")
+            lines.append(f"{md.exposed_name(md.KERNEL_SECONDS)}{{{kg}}} {seconds} {now_ms}")
             lines.append(
                 f"{md.exposed_name(md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS)}{{{kg}}} "
-                f"{seconds * (0.2 + 0.1 * k + 0.05 * gpu)}"
+                f"{seconds * (0.2 + 0.1 * k + 0.05 * gpu)} {now_ms}"
             )
     return "\n".join(lines) + "\n"
 
@@ -116,7 +121,7 @@ def compare_tiers(tmp_path: Path, port: int) -> None:
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump({"groups": [g for g in groups if keep is None or g["name"] in keep]}))
         files[name] = path
-    # $__range: the last 20 s (the first seconds' rates, over less than their range, read low)
+    # $__range: the last 20 s (see FULL)
     fleet_panels = [
         (w, substitute_variables(e.replace("$__range", "20s")))
         for w, e in all_queries(SETTINGS, substitute=False)
@@ -129,8 +134,7 @@ def compare_tiers(tmp_path: Path, port: int) -> None:
         prometheus(tmp_path / "s1" / "data", scrape_config(port, 1), [files["pod"]]) as (s1, _),
         prometheus(tmp_path / "global" / "data", federate_config([s0, s1]), [files["fleet"]]) as (glob, _),
     ):
-        time.sleep(50)
-        at = time.time() - 10
+        at = wait_for_full_ranges([single, glob])
         pods = [
             len(query(u, "count by (pod) (warpwatch_gpu_observed_seconds_total)", at)["data"]["result"])
             for u in (s0, s1)
@@ -141,9 +145,29 @@ def compare_tiers(tmp_path: Path, port: int) -> None:
             got = answers(query(glob, expr, at))
             assert ref and set(got) == set(ref), where
             for key, value in ref.items():
-                # a scrape's timestamp and the moment the target computed its value differ by
-                # milliseconds: 1e-4 of a 10 s rate (measured: 1e-5)
-                assert got[key] == pytest.approx(value, rel=1e-3), (where, key)
+                # every sample exact (stamped when computed), every range full: both tiers sum the
+                # same rates in another order (pod records measured within 3e-8 of the truth under load)
+                assert got[key] == pytest.approx(value, rel=1e-6), (where, key)
+
+
+RECORDS = "fleet:warpwatch_gpu_observed_seconds_total:rate10s[5m]"
+FULL_AFTER_S = 20 + 10 + 2
+"""The panels' range (20 s), the records' rate range (10 s), a scrape: fleet records that old were
+computed from pod records whose rate ranges held the raw series whole (a rate over a series
+younger than its range reads low)."""
+
+
+def wait_for_full_ranges(urls: list[str]) -> float:
+    """Waits until each Prometheus's first fleet record is `FULL_AFTER_S` old; returns the moment
+    to query at."""
+    deadline = time.monotonic() + hang_guard(60)
+    while True:
+        at = time.time()
+        firsts = [[float(r["values"][0][0]) for r in query(u, RECORDS, at)["data"]["result"]] or [at] for u in urls]
+        if all(max(f) <= at - FULL_AFTER_S for f in firsts):
+            return at
+        assert time.monotonic() < deadline, firsts
+        time.sleep(2)
 
 
 def answers(body: dict[str, object]) -> dict[tuple[tuple[str, str], ...], float]:
