@@ -155,14 +155,15 @@ def test_retries_of_a_stop_to_a_server_gone_stay_within_the_windows_budget(
 ) -> None:
     """The stop's retries (for a server that refuses connections) paused 1 + 2 + 4 s whatever
     the window's budget after its stop (here the service's time-out, 1 s), so capture() ran 6 s
-    past it and the service's bound on the round. Now no retry starts after the budget is out."""
+    past it and the service's bound on the round (the error said "after 4 attempts"). Now no
+    retry starts after the budget is out: the first pause (1 s) would end past it, so the stop is
+    tried once, however fast or slow the machine."""
     server = _vllm(standins, trace_dir)
     src = VllmSource(server.url, trace_dir, max_retries=3, retry_pause_s=1.0, poll_interval_s=0.05)
     threading.Timer(0.1, server.go_away).start()
-    t = time.monotonic()
     [w] = src.capture(0.3, 1.0)
-    assert time.monotonic() - t < 0.3 + 1.0 + 1.0  # window + budget + generous slack
     assert w.outcome == "failed" and w.error is not None and "went away mid-window" in w.error
+    assert "refused" in w.error and "attempts" not in w.error, w.error
 
 
 def test_unreachable_server_fails_and_backs_off(trace_dir: Path, standins: list[StandIn]) -> None:
