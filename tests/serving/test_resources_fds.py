@@ -16,7 +16,7 @@ import socket
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -135,7 +135,7 @@ SERVER = textwrap.dedent("""
     server = None
     def render(accept):
         text = "".join(f"rejected {reason} {n}\\n" for reason, n in sorted(server.rejected.items()))
-        return text.encode(), "text/plain"
+        return (text + f"connections open {server.connections}\\n").encode(), "text/plain"
     server = HttpServer(Endpoints(render, lambda: (True, "ok")), "127.0.0.1", 0,
                         limits=http_limits(Limits()) if sys.argv[2:] == ["sized"] else Limits(max_connections=100_000))
     server.start()
@@ -145,6 +145,19 @@ SERVER = textwrap.dedent("""
     stop.wait(float(sys.argv[1]))
     server.stop()
 """)
+
+
+def counts_when(port: int, done: Callable[[dict[str, int]], bool]) -> dict[str, int]:
+    """SERVER's counts (`evicted`, `accept_failed`, ..., `open`), read until `done` holds."""
+    deadline = time.monotonic() + hang_guard(30.0)
+    while True:
+        status, body = get(port, timeout=hang_guard(10.0))
+        assert status == 200
+        counts = {line.split(" ")[1]: int(line.split(" ")[2]) for line in body.decode().splitlines()}
+        if done(counts):
+            return counts
+        assert time.monotonic() < deadline, counts
+        time.sleep(0.2)
 
 
 @pytest.mark.slow
@@ -160,9 +173,9 @@ def test_accept_out_of_descriptors_makes_room_for_the_waiting_client() -> None:
             status, body = get(server.port, timeout=hang_guard(10.0))
             assert server.proc.poll() is None
             assert status == 200
-            counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
-            assert int(counts["accept_failed"]) >= 1
-            assert int(counts["evicted"]) >= 1
+            counts = {line.split(" ")[1]: int(line.split(" ")[2]) for line in body.decode().splitlines()}
+            assert counts["accept_failed"] >= 1
+            assert counts["evicted"] >= 1
     finally:
         code = server.stop()
     assert code == 0
@@ -178,7 +191,7 @@ def test_a_burst_of_connections_at_the_bound_stays_within_the_descriptors_planne
     server = Process([*prlimit("256:256"), sys.executable, "-c", SERVER, "60", "sized"])
     try:
         with idle_connections(server.port, 144) as socks:  # http_limits at 256: 144 connections
-            time.sleep(1.0)  # all of them accepted and opened
+            counts_when(server.port, lambda c: c["open"] >= 144)  # at its bound (each look evicts one)
             server.proc.send_signal(signal.SIGSTOP)
             try:
                 for _ in range(400):
@@ -190,12 +203,8 @@ def test_a_burst_of_connections_at_the_bound_stays_within_the_descriptors_planne
                 time.sleep(0.5)
             finally:
                 server.proc.send_signal(signal.SIGCONT)
-            time.sleep(2.0)
-            status, body = get(server.port, timeout=hang_guard(10.0))
-            assert status == 200
-            counts = dict(line.split(" ")[1:] for line in body.decode().splitlines())
-            assert int(counts["evicted"]) >= 400
-            assert int(counts["accept_failed"]) == 0
+            counts = counts_when(server.port, lambda c: c["evicted"] >= 400)  # the whole burst taken
+            assert counts["accept_failed"] == 0
     finally:
         code = server.stop()
     assert code == 0
