@@ -133,7 +133,9 @@ def assert_kineto_trace(window: CapturedWindow, pid: int, window_ms: int, *, spa
     names = [e.get("name") for e in trace["traceEvents"]]
     assert "Record Window End" in names
     spans = [e for e in trace["traceEvents"] if e.get("cat") == "Trace"]
-    assert len(spans) == (1 if span else len(spans)) <= 1, json.dumps(trace)[:2000]
+    # Two spans were seen once, under a load average of 30 (issue 38): what they were is shown
+    # if it comes again (the analysis reads the first span only: `schema.first_span`).
+    assert len(spans) == (1 if span else len(spans)) <= 1, (spans, window.requested, trace.get("baseTimeNanoseconds"))
     written_us = window.path.stat().st_mtime * 1e6 + 20_000  # + the file clock's granularity
     for found in spans:
         # Kineto's span: ts relative to baseTimeNanoseconds, from the requested start (Kineto's
