@@ -7,9 +7,11 @@ did before the copy is seen without timing anything."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import re
 from pathlib import Path
+from typing import IO
 
 from support.agent import StubSource, service_for, service_value
 from support.gate import WAIT_S, Gate
@@ -190,3 +192,33 @@ def test_a_baseline_that_finds_the_queue_full_leaves_the_hours_slot_to_the_next_
     assert evidence.keeper.idle(WAIT_S)
     assert own_value(svc, md.EVIDENCE_KEPT, reason="baseline") == 1
     assert done[6] == [True] and len(kept_ids(tmp_path / "ev")) == 6
+
+
+class FailsOnce:
+    """The store's opener: the first trace it is asked to write fails (a full volume, say)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, path: Path) -> IO[bytes]:
+        self.calls += 1
+        if self.calls == 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return path.open("wb")
+
+
+def test_a_baseline_whose_copy_fails_leaves_the_hours_slot_to_the_next_window(tmp_path: Path) -> None:
+    """The slot went back only when the queue was full: a baseline whose copy failed used up the
+    hour, and the next ordinary windows were not kept."""
+    src = StubSource()
+    store = EvidenceStore(tmp_path / "ev", 1 << 20, 100, opener=FailsOnce())
+    svc = service_for(src, {"evidence_store": store}, evidence_dir=tmp_path / "ev")
+    evidence = svc.rounds.evidence
+    assert evidence is not None
+    for i in range(2):
+        src.queue.append([CapturedWindow(source="stub:1", path=ordinary_trace(tmp_path / f"w{i}.json"))])
+        svc.run_round()
+        assert evidence.keeper.idle(WAIT_S)
+    assert own_value(svc, md.EVIDENCE_FAILED, reason="io_error") == 1
+    assert own_value(svc, md.EVIDENCE_KEPT, reason="baseline") == 1
+    assert len(kept_ids(tmp_path / "ev")) == 1

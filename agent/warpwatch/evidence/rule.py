@@ -87,8 +87,8 @@ class KeepRule:
         return Verdict(None)
 
     def baseline_lost(self, at: float) -> None:
-        """The baseline judged at `at` was not kept (no room in the keeper's queue): the hour's slot
-        goes back, so the next ordinary window takes it."""
+        """The baseline judged at `at` was not kept (no room in the keeper's queue, the copy
+        failed): the hour's slot goes back, so the next ordinary window takes it."""
         if self.last_baseline == at:
             self.last_baseline = self.previous_baseline
 

@@ -51,6 +51,7 @@ class Keep:
     meta: dict[str, Any]
     reason: str
     release: Callable[[], None]
+    judged_at: float
 
 
 class Evidence:
@@ -72,6 +73,8 @@ class Evidence:
         self.where = dict(where if where is not None else identity())
         self.keeper: Keeper[Keep] = Keeper(self._keep, queue)
         self._counts_lock = threading.Lock()
+        """Guards the counts and the rule (judged on the round's thread, given a lost baseline's
+        slot back on the keeper's)."""
         self._kept = dict.fromkeys(REASONS, 0)
         self._failed: dict[str, int] = dict.fromkeys(FAIL_REASONS, 0)
 
@@ -92,16 +95,15 @@ class Evidence:
         if analysis is None or cw.path is None:
             return None
         now = self.clock()
-        verdict = self.rule.judge(analysis, now)
+        with self._counts_lock:
+            verdict = self.rule.judge(analysis, now)
         if verdict.reason is None:
             return None
         meta = window_meta(cw, analysis, verdict, now, self.where)
-        keep = Keep(self.store.reserve(), cw.path, meta, verdict.reason, release)
+        keep = Keep(self.store.reserve(), cw.path, meta, verdict.reason, release, now)
         if self.keeper.hand(keep):
             return keep.id
         self.store.release(keep.id)
-        if verdict.reason == "baseline":
-            self.rule.baseline_lost(now)
         if self.keeper.closed:  # a round that outlived the shutdown's wait
             self._count_failure(keep, EvidenceError("shutdown", "the agent is stopping"))
         else:
@@ -139,8 +141,12 @@ class Evidence:
             _release(keep)
 
     def _count_failure(self, keep: Keep, exc: EvidenceError) -> None:
+        """Counted and logged; a baseline not kept (queue full, copy failed) gives the hour's slot
+        back, so that the next ordinary window takes it."""
         with self._counts_lock:
             self._failed[exc.reason] += 1
+            if keep.reason == "baseline":
+                self.rule.baseline_lost(keep.judged_at)
         limited_event(
             log,
             self.repeats,
