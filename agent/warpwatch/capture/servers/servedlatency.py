@@ -48,28 +48,37 @@ class Sums(NamedTuple):
 def histogram_sums(text: str, names: tuple[str, ...]) -> Sums | None:
     """The first of `names` present in an exposition: its `_sum` and `_count` added over label
     sets; None when none is there (or its values are not finite numbers)."""
+    return _sums(_scan(text, names), names)
+
+
+def _sums(found: dict[str, list[float] | None], names: tuple[str, ...]) -> Sums | None:
     for name in names:
-        sums = _samples(text, name + "_sum")
-        counts = _samples(text, name + "_count")
-        if sums is None or counts is None:
+        sums, counts = found.get(name + "_sum"), found.get(name + "_count")
+        if not sums or not counts:
             continue
         total = Sums(sum(sums), sum(counts))
         return total if all(math.isfinite(v) and v >= 0 for v in total) else None
     return None
 
 
-def _samples(text: str, sample: str) -> list[float] | None:
-    out: list[float] = []
+def _scan(text: str, names: tuple[str, ...]) -> dict[str, list[float] | None]:
+    """One pass over the exposition: each `_sum` and `_count` sample of `names`, its values over
+    label sets; None for a sample with a value that is not a number."""
+    wanted = {name + suffix for name in names for suffix in ("_sum", "_count")}
+    found: dict[str, list[float] | None] = {}
     for line in text.splitlines():
-        rest = line[len(sample) :]
-        if not line.startswith(sample) or rest[:1] not in ("{", " "):
+        end = next((k for k, c in enumerate(line) if c in "{ "), len(line))
+        sample = line[:end]
+        values = found.setdefault(sample, []) if sample in wanted else None
+        if values is None:
             continue
+        rest = line[end:]
         value = (rest.rsplit("}", 1)[-1] if rest.startswith("{") else rest).split()
         try:
-            out.append(float(value[0]))
+            values.append(float(value[0]))
         except (IndexError, ValueError):
-            return None
-    return out or None
+            found[sample] = None
+    return found
 
 
 class ServedLatency:
@@ -137,8 +146,9 @@ class ServedLatency:
         text = self._read()
         if text is None:
             return None
-        totals = histogram_sums(text, self._names)
-        first = histogram_sums(text, self._first_token) if totals is not None and self._first_token else None
+        found = _scan(text, self._names + self._first_token)
+        totals = _sums(found, self._names)
+        first = _sums(found, self._first_token) if totals is not None and self._first_token else None
         if totals is not None and first is not None:
             totals = Sums(totals.seconds + first.seconds, totals.tokens + first.tokens)
         if totals is None:
