@@ -14,9 +14,9 @@ from warpwatch.config import (
     add_arguments,
     config_fields,
     default_jitter,
-    load_config,
     settings_table_markdown,
 )
+from warpwatch.configload import load_config
 from warpwatch.errors import ConfigError
 from warpwatch.units import parse_duration, parse_size
 

@@ -28,7 +28,7 @@ from support.deploykit import (
     exec_form,
 )
 from warpwatch import __version__
-from warpwatch.config import load_config
+from warpwatch.configload import load_config
 from warpwatch.dashboards import deploysync
 
 # the compose stack

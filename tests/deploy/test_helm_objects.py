@@ -37,7 +37,8 @@ from support.helm import (
     values_of,
 )
 from warpwatch import __version__
-from warpwatch.config import SETTINGS, SETTINGS_BY_NAME, load_config
+from warpwatch.config import SETTINGS, SETTINGS_BY_NAME
+from warpwatch.configload import load_config
 from warpwatch.dashboards import chartdoc, deploysync
 
 pytestmark = needs_helm

@@ -1,4 +1,4 @@
-"""Every metric name README.md and docs/*.md write is one the agent exports (export/metricdefs.py):
+"""Every metric name README.md and docs/*.md write is one the agent exports (export/metricdefs/):
 a renamed or removed metric that a page still names fails here. (That every exported metric is
 defined in docs/metrics.md is tests/export/test_metricdocs.py.)"""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.exportkit import device, kernel, kernel_seconds, ok, publish, value, window
+from support.exportkit import device, gauged, kernel, kernel_seconds, ok, publish, value, window
 from warpwatch.export import metricdefs as md
 from warpwatch.export.builder import OTHER, SnapshotBuilder, WindowResult
 from warpwatch.export.pooling import StableTopK
@@ -147,3 +147,23 @@ def test_top_k_fills_free_places_at_once_and_forgets_kernels_that_stop() -> None
         top.update({f"x{i}": 0.01})
     assert len(top.scores) <= 3
     assert top.members == {"a", "b"}
+
+
+def test_counters_never_go_back_when_series_are_bounded() -> None:
+    builder = gauged(top_kernels=3, max_counter_series=4)
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for i in range(30):
+        reg = publish(builder, ok(window([kernel(f"k{i % 12}", 1.0 + i % 5, samples=2)], [device()])))
+        samples = [
+            (fam.name, s)
+            for fam in reg.collect()
+            if fam.name.startswith("warpwatch_kernel_") and fam.type == "counter"
+            for s in fam.samples
+            if s.name.endswith("_total")
+        ]
+        for name in {n for n, _ in samples}:
+            assert len([s for n, s in samples if n == name]) <= 4
+        for name, s in samples:
+            key = (name, tuple(sorted(s.labels.items())))
+            assert s.value >= seen.get(key, 0.0), key
+            seen[key] = s.value

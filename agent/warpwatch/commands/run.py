@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..config import add_arguments, load_config
+from ..config import add_arguments
+from ..configload import load_config
 from ..logs import configure
 from ..service.agent import Service
 
