@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from support.engines.threaded import ALEXNET, Recorded, VllmStandIn
+from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.servers import VllmSource
 
@@ -33,11 +34,12 @@ FAST = {
 @dataclass
 class QueuedStandIn(VllmStandIn):
     """Profiler requests served one at a time, each holding the queue: a stop that ends a session
-    writes its files, then holds `stop_hold_s` (vLLM writes its key_averages table after the
-    trace); a start takes effect, then holds `start_hold_s` before its answer (each hold the first
-    time only)."""
+    writes its files, then (`hold_stop`) holds until the test sets `stop_release` (vLLM writes its
+    key_averages table after the trace); a start takes effect, then holds `start_hold_s` before its
+    answer (each hold the first time only)."""
 
-    stop_hold_s: float = 0.0
+    stop_release: threading.Event = field(default_factory=threading.Event)
+    hold_stop: bool = False
     start_hold_s: float = 0.0
     sessions: int = 0
     _queue: threading.Lock = field(default_factory=threading.Lock)
@@ -50,9 +52,9 @@ class QueuedStandIn(VllmStandIn):
                 self.sessions += not was_active
                 time.sleep(self.start_hold_s)
                 self.start_hold_s = 0.0  # the first start only
-            elif rec.path == "/stop_profile" and was_active:
-                time.sleep(self.stop_hold_s)
-                self.stop_hold_s = 0.0
+            elif rec.path == "/stop_profile" and was_active and self.hold_stop:
+                self.stop_release.wait(hang_guard())
+                self.hold_stop = False
             return answer
 
 
@@ -60,16 +62,23 @@ class QueuedStandIn(VllmStandIn):
 def server(trace_dir: Path) -> Iterator[QueuedStandIn]:
     s = QueuedStandIn(trace_dir)
     yield s
+    s.stop_release.set()
     s.close()
 
 
-def rounds(src: VllmSource, seconds: float) -> list[CapturedWindow]:
+def rounds_until(src: VllmSource, done: Callable[[list[CapturedWindow]], bool]) -> list[CapturedWindow]:
+    """Rounds (a 50-ms window, then 50 ms) until what they gave satisfies `done`."""
     out: list[CapturedWindow] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + hang_guard(5)
+    while not done(out):
+        assert time.monotonic() < deadline, [w.error for w in out]
         out += src.capture(0.05, 5)
         time.sleep(0.05)
     return out
+
+
+def ranks_handed(windows: list[CapturedWindow]) -> list[str]:
+    return sorted(w.labels["rank"] for w in windows if w.path is not None)
 
 
 def starts(server: QueuedStandIn) -> int:
@@ -78,22 +87,26 @@ def starts(server: QueuedStandIn) -> int:
 
 @pytest.mark.slow
 def test_no_start_while_a_stop_is_unanswered(server: QueuedStandIn, trace_dir: Path) -> None:
-    """The stop writes its files at once but answers 2 s later: the files are handed over as
-    late windows meanwhile, and no start is sent until the answer (until f2305fe, a start went
-    out once the files were in, queued behind the stop, and began a session nobody ended)."""
-    server.stop_hold_s = 2.0
+    """The stop writes its files at once but answers only when the test lets it: the files are
+    handed over as late windows meanwhile, and no start is sent until the answer (until f2305fe,
+    a start went out once the files were in, queued behind the stop, and began a session nobody
+    ended)."""
+    server.hold_stop = True
     src = VllmSource(server.url, trace_dir, delete_processed=True, flush_timeout_s=0.5, **FAST)
     first = src.capture(0.05, 5)
-    assert [w.outcome for w in first] == ["timed_out", "timed_out"]  # no answer within flush_timeout_s
-    later = rounds(src, 1.5)
+    # No answer within flush_timeout_s: the window times out, one window per rank file seen by
+    # then (both, on an idle machine; under load the stand-in's second file once came later).
+    assert first and all(w.outcome == "timed_out" and w.path is None for w in first), [w.error for w in first]
+    later = rounds_until(src, lambda got: ranks_handed(got) == ["0", "1"])  # late, while the stop is out
+    later += src.capture(0.05, 5)  # a round with the files in: before f2305fe, it sent a start
     assert starts(server) == 1 and server.sessions == 1
     assert src.stats().skipped.get("previous_flush_pending", 0) >= 1
-    handed = [w for w in later if w.path is not None]
-    assert sorted(w.labels["rank"] for w in handed) == ["0", "1"]  # late, while the stop is out
-    for w in handed:
-        w.done(True)
-    later = rounds(src, 1.5)  # the stop is answered: windows again
-    assert starts(server) >= 2 and [w.error for w in later if w.path is None] == []
+    for w in later:
+        if w.path is not None:
+            w.done(True)
+    server.stop_release.set()
+    later = rounds_until(src, lambda got: starts(server) >= 2 and any(w.path is not None for w in got))
+    assert [w.error for w in later if w.path is None] == []  # the stop is answered: windows again
     assert server.sessions == starts(server)  # every start the server took began a session of ours
 
 
@@ -108,11 +121,10 @@ def test_a_start_answered_too_late_is_ended_at_once_and_its_files_collected(
     src = VllmSource(server.url, trace_dir, delete_processed=True, flush_timeout_s=2.0, **FAST)
     (w,) = src.capture(0.05, 5)
     assert w.outcome == "failed" and w.error is not None and "did not answer" in w.error
-    got = rounds(src, 2.0)
+    got = rounds_until(src, lambda got: ranks_handed([x for x in got if x.requested is None]) == ["0", "1"])
     paths = [r.path for r in server.requests]
     assert paths[:2] == ["/start_profile", "/stop_profile"], paths
     late = [x for x in got if x.path is not None and x.requested is None]
-    assert sorted(x.labels["rank"] for x in late) == ["0", "1"], [x.error for x in got]
     for x in late:
         x.done(True)
         assert x.path is not None and not x.path.exists()
