@@ -42,6 +42,8 @@ FOREIGN = {
     "--profiler-config": "vLLM's server",
     "--site-dir": "mkdocs build",
     "--strict": "mkdocs build",
+    "--cpu": "stress-ng",
+    "--random-order": "pytest-random-order",
 }
 """Flags of other programs that the pages name, and whose they are."""
 
