@@ -155,3 +155,16 @@ def test_a_failed_read_or_a_restarted_server_leaves_that_span_out() -> None:
     assert split is not None and script.texts == []
     assert (split.windows, split.inside_tokens) == (4, 40)
     assert (split.outside_tokens, split.outside_s) == (10, pytest.approx(0.5))
+
+
+def test_sums_over_label_sets_ignore_longer_names_and_fail_on_a_sample_without_a_value() -> None:
+    text = (
+        "# HELP vllm:inter_token_latency_seconds x\n"
+        'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m}x"} 2.5\n'
+        'vllm:inter_token_latency_seconds_count{engine="0"} 10\n'
+        "vllm:inter_token_latency_seconds_sum_extra 99\n"
+        'vllm:inter_token_latency_seconds_sum{engine="1"} 1.5\n'
+        'vllm:inter_token_latency_seconds_count{engine="1"} 5\n'
+    )
+    assert histogram_sums(text, HISTOGRAMS["vllm"]) == (4.0, 15.0)
+    assert histogram_sums(text + 'vllm:inter_token_latency_seconds_count{engine="2"}\n', HISTOGRAMS["vllm"]) is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -64,20 +65,18 @@ def _sums(found: dict[str, list[float] | None], names: tuple[str, ...]) -> Sums 
 def _scan(text: str, names: tuple[str, ...]) -> dict[str, list[float] | None]:
     """One pass over the exposition: each `_sum` and `_count` sample of `names`, its values over
     label sets; None for a sample with a value that is not a number."""
-    wanted = {name + suffix for name in names for suffix in ("_sum", "_count")}
     found: dict[str, list[float] | None] = {}
-    for line in text.splitlines():
-        end = next((k for k, c in enumerate(line) if c in "{ "), len(line))
-        sample = line[:end]
-        values = found.setdefault(sample, []) if sample in wanted else None
+    if not names:
+        return found
+    wanted = "|".join(re.escape(name + suffix) for name in names for suffix in ("_sum", "_count"))
+    for m in re.finditer(rf"^({wanted})(?:\{{.*\}})?(?:[ \t]+(\S*)|$)", text, re.M):
+        values = found.setdefault(m[1], [])
         if values is None:
             continue
-        rest = line[end:]
-        value = (rest.rsplit("}", 1)[-1] if rest.startswith("{") else rest).split()
         try:
-            values.append(float(value[0]))
-        except (IndexError, ValueError):
-            found[sample] = None
+            values.append(float(m[2] or ""))
+        except ValueError:
+            found[m[1]] = None
     return found
 
 
