@@ -12,17 +12,42 @@ from pathlib import Path
 import pytest
 
 from support.engines.threaded import ALEXNET, StandIn
-from support.servers import FAST, LOGGER, TOKEN, _ok, _sglang, _vllm
+from support.servers import FAST, LOGGER, TOKEN, PatientClock, _ok, _sglang, _vllm
 from warpwatch.capture.servers import SglangSource, VllmSource
 from warpwatch.errors import CaptureError, ConfigError
 
 # -- missing rank, server gone -----------------------------------------------------------
+# The windows of these tests have budgets of 0.3-0.5 s. On the real clock such a budget also pays
+# for the stand-in's stop and the agent's own work, and a starved worker once missed a rank file
+# that was there: their sources measure time on a `PatientClock`, which the test moves where it
+# would have slept.
+
+
+class GoesAwayInTheWindow(PatientClock):
+    """The server ends during the window: when the source lets the window's time pass (its first
+    wait), however late a timer thread would have fired on a loaded machine."""
+
+    def __init__(self, server: StandIn) -> None:
+        super().__init__()
+        self._server: StandIn | None = server
+
+    def sleep(self, interrupt: threading.Event, seconds: float) -> bool:
+        if self._server is not None:
+            self._server.go_away()
+            self._server = None
+        return super().sleep(interrupt, seconds)
 
 
 @pytest.mark.slow
-def test_missing_rank_file(trace_dir: Path, standins: list[StandIn]) -> None:
-    server = _sglang(standins, trace_dir, write_ranks=(0,))
-    src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=0.5, **FAST)
+@pytest.mark.parametrize("chunk_delay", [0.0, 1.0], ids=["quick-server", "stop-slower-than-the-budget"])
+def test_missing_rank_file(trace_dir: Path, standins: list[StandIn], chunk_delay: float) -> None:
+    """Rank 1 never writes: rank 0's window, and a timed-out one for rank 1. The same however long
+    the stop takes to write rank 0 (here up to twice the 0.5-s budget: what a starved stand-in
+    did once), because the source's clock stands still while it awaits the stop's answer (on the
+    real clock the slower case gives two timed-out windows)."""
+    server = _sglang(standins, trace_dir, write_ranks=(0,), chunks=2, chunk_delay=chunk_delay)
+    clock = PatientClock()
+    src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=0.5, clock=clock, **FAST)
     windows = src.capture(0.05, 10)
     assert len(windows) == 2
     ok, missing = windows
@@ -43,10 +68,11 @@ def test_a_rank_that_never_writes_does_not_hold_back_the_next_window(trace_dir: 
         expected_files=2,
         settle_quiet_s=0.2,
         late_timeout_s=3600,
+        clock=(clock := PatientClock()),
         **{**FAST, "flush_timeout_s": 0.3},
     )
     assert [w.outcome for w in src.capture(0.05, 10)] == [None, "timed_out"]
-    time.sleep(0.3)
+    clock.advance(0.3)
     assert len(_ok(src.capture(0.05, 10))) == 1  # a new window, rank 0 again
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
@@ -56,28 +82,30 @@ def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: P
     """A shared volume shows rank 1's file after the window took rank 0's as the whole answer:
     the next round hands it over with its own window's interval, before opening a new window."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
-    src = VllmSource(server.url, trace_dir, delete_processed=True, settle_quiet_s=0.2, **FAST)
+    clock = PatientClock()
+    src = VllmSource(server.url, trace_dir, delete_processed=True, settle_quiet_s=0.2, clock=clock, **FAST)
     (first,) = src.capture(0.05, 10)
     assert first.labels == {"rank": "0"}
     late = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
     shutil.copy(ALEXNET, late)
-    time.sleep(0.1)
+    clock.advance(0.1)
     (mine,) = src.capture(0.05, 10)  # handed over; no new window while its session may grow
     assert mine.path == late and mine.labels == {"rank": "1"} and mine.requested == first.requested
     mine.done()
     assert not late.exists()
-    time.sleep(0.25)
+    clock.advance(0.25)
     assert [w.labels for w in src.capture(0.05, 10)] == [{"rank": "0"}]  # then the next window
     assert src.stats().files == {"worker": 2, "late": 1}
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
 
-def _paths_of_rounds(src: SglangSource | VllmSource, rounds: int) -> list[Path | None]:
-    """The files handed over in `rounds` short windows (a file goes once seen unchanged twice)."""
+def _paths_of_rounds(src: SglangSource | VllmSource, clock: PatientClock, rounds: int) -> list[Path | None]:
+    """The files handed over in `rounds` short windows, 50 ms apart on `clock` (a file goes once
+    seen unchanged twice)."""
     paths: list[Path | None] = []
     for _ in range(rounds):
         paths += [w.path for w in src.capture(0.05, 10)]
-        time.sleep(0.05)
+        clock.advance(0.05)
     return paths
 
 
@@ -86,14 +114,15 @@ def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standi
     """SGLang names every rank's file with the session's profile id: a file with another id that
     appears after the window (a person's profile in the same folder) is neither read nor deleted."""
     server = _sglang(standins, trace_dir, write_ranks=(0,))
-    src = SglangSource(server.url, trace_dir, delete_processed=True, **{**FAST, "flush_timeout_s": 0.3})
+    clock = PatientClock()
+    src = SglangSource(server.url, trace_dir, delete_processed=True, clock=clock, **{**FAST, "flush_timeout_s": 0.3})
     first, missing = src.capture(0.05, 10)  # the server reports two ranks: rank 1's file is late
     assert first.path is not None and missing.outcome == "timed_out"
     theirs = trace_dir / "1690000000.25-TP-1.trace.json.gz"
     shutil.copy(ALEXNET, theirs)
     ours = trace_dir / first.path.name.replace("-TP-0.", "-TP-1.")
     shutil.copy(ALEXNET, ours)
-    paths = _paths_of_rounds(src, 5)
+    paths = _paths_of_rounds(src, clock, 5)
     assert ours in paths and theirs not in paths
     assert theirs.exists()
 
@@ -107,14 +136,17 @@ def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vl
     the folder meanwhile was read and deleted. Each worker writes one file per session: a second
     file of a worker already handed over is someone else's."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
-    src = VllmSource(server.url, trace_dir, delete_processed=True, expected_files=2, **{**FAST, "flush_timeout_s": 0.3})
+    clock = PatientClock()
+    src = VllmSource(
+        server.url, trace_dir, delete_processed=True, expected_files=2, clock=clock, **{**FAST, "flush_timeout_s": 0.3}
+    )
     first, missing = src.capture(0.05, 10)  # two workers expected: rank 1's file is late
     assert first.path is not None and missing.outcome == "timed_out"
     theirs = trace_dir / f"{server.instance_id}-rank-0.{time.time_ns()}.pt.trace.json.gz"
     ours = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
     shutil.copy(ALEXNET, theirs)
     shutil.copy(ALEXNET, ours)
-    paths = _paths_of_rounds(src, 5)
+    paths = _paths_of_rounds(src, clock, 5)
     assert ours in paths and theirs not in paths
     assert theirs.exists()
 
@@ -134,8 +166,7 @@ def test_server_goes_away_mid_window(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     server = _vllm(standins, trace_dir)
-    src = VllmSource(server.url, trace_dir, backoff_s=60, max_retries=2, **FAST)
-    threading.Timer(0.1, server.go_away).start()
+    src = VllmSource(server.url, trace_dir, backoff_s=60, max_retries=2, clock=GoesAwayInTheWindow(server), **FAST)
     windows = src.capture(0.4, 10)
     assert len(windows) == 1
     (w,) = windows
@@ -159,8 +190,8 @@ def test_retries_of_a_stop_to_a_server_gone_stay_within_the_windows_budget(
     retry starts after the budget is out: the first pause (1 s) would end past it, so the stop is
     tried once, however fast or slow the machine."""
     server = _vllm(standins, trace_dir)
-    src = VllmSource(server.url, trace_dir, max_retries=3, retry_pause_s=1.0, poll_interval_s=0.05)
-    threading.Timer(0.1, server.go_away).start()
+    clock = GoesAwayInTheWindow(server)
+    src = VllmSource(server.url, trace_dir, max_retries=3, retry_pause_s=1.0, poll_interval_s=0.05, clock=clock)
     [w] = src.capture(0.3, 1.0)
     assert w.outcome == "failed" and w.error is not None and "went away mid-window" in w.error
     assert "refused" in w.error and "attempts" not in w.error, w.error
@@ -273,7 +304,8 @@ def test_a_link_out_of_the_trace_folder_is_never_taken_for_a_rank_file(
     """The folder is listed with `confine`'s checks: a rank-named link to a file elsewhere is not
     followed, waited for, handed over nor given up."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
-    src = VllmSource(server.url, trace_dir, settle_quiet_s=0.2, late_timeout_s=0.3, **FAST)
+    clock = PatientClock()
+    src = VllmSource(server.url, trace_dir, settle_quiet_s=0.2, late_timeout_s=0.3, clock=clock, **FAST)
     (first,) = src.capture(0.05, 10)
     assert first.labels == {"rank": "0"}
     outside = tmp_path / "outside"
@@ -283,7 +315,7 @@ def test_a_link_out_of_the_trace_folder_is_never_taken_for_a_rank_file(
     link.symlink_to(outside / "secret.json.gz")
     paths: list[Path | None] = []
     for _ in range(6):
-        time.sleep(0.1)
+        clock.advance(0.1)
         paths.extend(w.path for w in src.capture(0.05, 10))
     assert link not in paths
     assert src.stats().files.get("late", 0) == src.stats().files.get("abandoned", 0) == 0

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +46,18 @@ def read_trace(path: str) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def write_gzip_in_chunks(path: Path, payload: bytes, chunks: int, chunk_delay: float) -> None:
-    """`payload` gzipped into `path` in `chunks` writes `chunk_delay` apart, as a profiler's
-    exporter grows the file while it compresses."""
+def write_gzip_in_chunks(
+    path: Path, payload: bytes, chunks: int, chunk_delay: float, pause: Callable[[], object] | None = None
+) -> None:
+    """`payload` gzipped into `path` in `chunks` writes `chunk_delay` apart (or each after `pause`
+    returns), as a profiler's exporter grows the file while it compresses."""
     data = gzip.compress(payload, mtime=0)
     step = -(-len(data) // chunks)
     with open(path, "wb") as f:
         for i in range(0, len(data), step):
-            if i:
+            if i and pause is not None:
+                pause()
+            elif i:
                 time.sleep(chunk_delay)
             f.write(data[i : i + step])
             f.flush()

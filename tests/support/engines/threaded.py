@@ -19,6 +19,7 @@ from typing import Any
 
 from support.engines.common import write_gzip_in_chunks
 from support.paths import HTA
+from support.patience import hang_guard
 
 ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 INFERENCE_RANK1 = HTA / "trace_file_list/inference_rank_1.json.gz"
@@ -44,7 +45,9 @@ class StandIn:
     `blocking`: stop_profile answers only after the traces are written (what both real servers
     do); False answers first and writes afterwards (a gateway answering early, or a shared
     folder that shows the data late). Traces are gzip-compressed and written in `chunks` pieces
-    `chunk_delay` seconds apart (a slow flush). `write_ranks`: which ranks write a file.
+    `chunk_delay` seconds apart (a slow flush), or, with `write_hold`, each piece after the first
+    once the test sets that event (a flush that lasts until the test says). `writes_done` counts
+    the files written whole. `write_ranks`: which ranks write a file.
     """
 
     trace_dir: Path
@@ -54,6 +57,8 @@ class StandIn:
     chunks: int = 1
     chunk_delay: float = 0.0
     write_ranks: tuple[int, ...] = (0, 1)
+    write_hold: threading.Event | None = None
+    writes_done: int = 0
     requests: list[Recorded] = field(default_factory=list)
     gets: list[Recorded] = field(default_factory=list)
     written: dict[int, Path] = field(default_factory=dict)
@@ -115,8 +120,13 @@ class StandIn:
         return self.token is None or rec.headers.get("Authorization") == f"Bearer {self.token}"
 
     def write_traces(self, names: dict[int, Path]) -> None:
+        hold = self.write_hold
+        pause = None if hold is None else (lambda: hold.wait(hang_guard()))
+
         def write(rank: int, path: Path) -> None:
-            write_gzip_in_chunks(path, self.traces[rank], self.chunks, self.chunk_delay)
+            write_gzip_in_chunks(path, self.traces[rank], self.chunks, self.chunk_delay, pause)
+            with self._lock:
+                self.writes_done += 1
 
         threads = []
         for rank, path in names.items():
@@ -139,6 +149,8 @@ class StandIn:
         self.httpd.server_close()
 
     def close(self) -> None:
+        if self.write_hold is not None:
+            self.write_hold.set()
         for t in self._writers:
             t.join()
         if self._thread.is_alive():

@@ -77,7 +77,9 @@ class ProfilingServerSource(Source):
             max_retries=options.max_retries,
             retry_pause_s=options.retry_pause_s,
             closed=self._closed,
+            clock=options.clock,
         )
+        self._clock = options.clock
         self._backoff = Backoff(options)
         self._files = SessionFiles(options, dialect, self._closed)
         self._stops = StopTracker(options, self._client, dialect, self._backoff, self._files)
@@ -192,7 +194,8 @@ class ProfilingServerSource(Source):
     def _session(
         self, before: frozenset[str], start_wall: float, requested: tuple[float, float] | None, quiet_s: float
     ) -> Session:
-        return Session(before, start_wall, requested, self.dialect.expected(self.options.expected_files), quiet_s)
+        want = self.dialect.expected(self.options.expected_files)
+        return Session(before, start_wall, requested, want, quiet_s, last_new=self._clock.now())
 
     def _window(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         """Start, wait, stop and collect one window (the module doc's steps 3 to 5)."""
@@ -207,19 +210,19 @@ class ProfilingServerSource(Source):
             if self._stops.maybe_active:
                 # The start may have been taken (no answer): end that session now, and await its
                 # files as the late session's, before any other start.
-                self._stops.in_background(time.monotonic() + o.request_timeout_s)
+                self._stops.in_background(self._clock.now() + o.request_timeout_s)
                 self._files.give_up(self._session(before, start_wall, None, o.settle_quiet_s))
             return [failed]
         started_us = time.time() * 1e6
 
-        interrupted = self._closed.wait(max(0.0, window_s))
+        interrupted = self._clock.sleep(self._closed, window_s)
         stop_us = time.time() * 1e6
         if interrupted:
             self._stops.stop_quietly()
             return []
 
         budget = self._budget(timeout_s)
-        deadline = time.monotonic() + budget
+        deadline = self._clock.now() + budget
         stop_error = self._stops.stop(budget, deadline)
         if stop_error is not None:
             return [stop_error]
@@ -271,13 +274,13 @@ class ProfilingServerSource(Source):
             return [failed]
         self._backoff.healthy()
         out: list[CapturedWindow] = []
-        deadline = time.monotonic() + max(0.0, window_s) + self._budget(timeout_s)
+        deadline = self._clock.now() + max(0.0, window_s) + self._budget(timeout_s)
         while True:
             out.extend(self._files.sweep_late())
             if (
                 self._files.late is None
-                or time.monotonic() >= deadline
-                or self._closed.wait(self.options.poll_interval_s)
+                or self._clock.now() >= deadline
+                or self._clock.sleep(self._closed, self.options.poll_interval_s)
             ):
                 return out
 

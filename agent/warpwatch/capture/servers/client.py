@@ -24,6 +24,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from .clock import WindowClock
+
 log = logging.getLogger("warpwatch.capture.servers")
 
 MAX_BODY = 1 << 20
@@ -107,6 +109,7 @@ class ServerClient:
         max_retries: int,
         retry_pause_s: float,
         closed: threading.Event,
+        clock: WindowClock,
     ) -> None:
         self.name = name
         self.url = url
@@ -114,6 +117,7 @@ class ServerClient:
         self.max_retries = max_retries
         self.retry_pause_s = retry_pause_s
         self._closed = closed
+        self.clock = clock
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
     def request(
@@ -127,16 +131,16 @@ class ServerClient:
         wait_past_deadline: bool = False,
     ) -> Reply:
         """One request, retried while the attempts never reached the server; with a `deadline`
-        (a `time.monotonic()` time), no retry starts after it, and no attempt waits past it unless
+        (a time on `clock`), no retry starts after it, and no attempt waits past it unless
         `wait_past_deadline` (then each attempt waits for its answer up to `timeout`)."""
         attempt = 0
         while True:
-            left = timeout if deadline is None or wait_past_deadline else min(timeout, deadline - time.monotonic())
+            left = timeout if deadline is None or wait_past_deadline else min(timeout, deadline - self.clock.now())
             try:
                 return self.request_once(method, path, body, max(left, 0.001))
             except RequestFailed as exc:
                 pause = self.retry_pause_s * (2**attempt)
-                late = deadline is not None and time.monotonic() + pause >= deadline
+                late = deadline is not None and self.clock.now() + pause >= deadline
                 if exc.delivered or attempt >= self.max_retries or self._closed.is_set() or late:
                     if attempt:
                         raise RequestFailed(
@@ -147,7 +151,7 @@ class ServerClient:
                     raise
                 log.debug("%s: %s %s: %s; retrying in %.2f s", self.name, method, path, exc, pause)
                 attempt += 1
-                if self._closed.wait(pause):
+                if self.clock.sleep(self._closed, pause):
                     raise
 
     def request_once(self, method: str, path: str, body: bytes | None, timeout: float) -> Reply:
@@ -200,6 +204,7 @@ class InFlight:
         self, client: ServerClient, method: str, path: str, body: bytes | None, timeout: float, retry_deadline: float
     ) -> None:
         self.path = path
+        self._clock = client.clock
         self.reply: Reply | None = None
         self.error: RequestFailed | None = None
         self.started_at = time.monotonic()
@@ -222,7 +227,7 @@ class InFlight:
 
     def wait(self, timeout_s: float) -> bool:
         """Whether the request has ended (answered or failed) within `timeout_s`."""
-        return self._done.wait(max(0.0, timeout_s))
+        return self._clock.await_answer(self._done, timeout_s)
 
     def done(self) -> bool:
         return self._done.is_set()

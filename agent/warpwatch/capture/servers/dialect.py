@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,8 +24,8 @@ class Backoff:
         self.name = options.label
         self.backoff_s = options.backoff_s
         self.max_backoff_s = options.max_backoff_s
-        self.clock: Callable[[], float] = time.monotonic
-        """The clock the back-off is measured on (tests set their own)."""
+        self.clock: Callable[[], float] = options.clock.now
+        """The clock the back-off is measured on (the source's; tests may set their own)."""
         self.skipped: Counter[str] = Counter()
         self._failures = 0
         self._until = 0.0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +34,7 @@ class SessionFiles:
         self.settle_quiet_s = options.settle_quiet_s
         self._dialect = dialect
         self._closed = closed
+        self._clock = options.clock
         self.late: Session | None = None
         """A session whose window is over and whose files are still awaited."""
         self._recent: Session | None = None
@@ -53,7 +53,7 @@ class SessionFiles:
 
     def poll(self, session: Session) -> list[CapturedWindow]:
         """One look at the folder for `session`: windows for its worker files settled now."""
-        workers, others = session.poll(self.listing(), self._dialect.is_worker_trace)
+        workers, others = session.poll(self.listing(), self._dialect.is_worker_trace, self._clock.now())
         for name, path in others:
             # The server's front end profiles itself too (vLLM's AsyncLLM: CPU only, no kernels):
             # not a window, neither failed nor empty; gone like the rest.
@@ -78,12 +78,12 @@ class SessionFiles:
         out: list[CapturedWindow] = []
         while True:
             out.extend(self.poll(session))
-            if session.done() or time.monotonic() >= deadline:
+            if session.done(self._clock.now()) or self._clock.now() >= deadline:
                 break
-            if self._closed.wait(self.poll_interval_s):
+            if self._clock.sleep(self._closed, self.poll_interval_s):
                 return out
         out.sort(key=lambda w: w.path.name if w.path is not None else "")  # rank order, not arrival order
-        if session.done():
+        if session.done(self._clock.now()):
             self._recent = session
         else:
             self.give_up(session)
@@ -96,7 +96,7 @@ class SessionFiles:
         session.accept = self._dialect.late_filter(session)
         session.given_up = True
         session.quiet_s = max(session.quiet_s, self.settle_quiet_s)
-        session.give_up_at = time.monotonic() + self.late_timeout_s
+        session.give_up_at = self._clock.now() + self.late_timeout_s
         self.late = session
 
     def sweep_late(self) -> list[CapturedWindow]:
@@ -116,11 +116,11 @@ class SessionFiles:
         if session is None:
             return out
         out.extend(self.poll(session))
-        if session.done():
+        if session.done(self._clock.now()):
             self.late = None
             if not session.given_up:
                 self._recent = session
-        elif time.monotonic() >= session.give_up_at:
+        elif self._clock.now() >= session.give_up_at:
             for name, path in sorted(session.pending.items()):
                 self.counts["abandoned"] += 1
                 action = "deleted" if self.delete_processed else "left in place"

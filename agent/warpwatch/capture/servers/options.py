@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError
 from ...units import check_seconds
+from .clock import WindowClock
 
 DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
 
@@ -47,6 +48,8 @@ class ServerOptions:
     expected_files: int | None = None
     late_timeout_s: float = 900.0
     settle_quiet_s: float = 5.0
+    clock: WindowClock = field(default_factory=WindowClock, compare=False, repr=False)
+    """What the seconds above are measured on (`clock`; tests give one that ignores load)."""
 
     def __post_init__(self) -> None:
         prefix = f"{self.kind} source: "

@@ -21,7 +21,6 @@ deletes processed files, so the folder does not fill with a session's leftovers.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,29 +40,29 @@ class Session:
     want: int | None
     """Worker files expected (None: unknown)."""
     quiet_s: float
+    last_new: float
+    """When a new name last appeared (the source's `clock`; at first, when the session began)."""
     accept: Callable[[str], bool] | None = None
     """Which trace names this session may own (None: any new one)."""
     tracker: SettleTracker = field(default_factory=SettleTracker)
     handed: dict[str, Path] = field(default_factory=dict)
     discarded: set[str] = field(default_factory=set)
     pending: dict[str, Path] = field(default_factory=dict)
-    last_new: float = field(default_factory=time.monotonic)
     given_up: bool = False
     give_up_at: float = math.inf
-    """Monotonic time after which a late session's unfinished files are abandoned."""
+    """The time after which a late session's unfinished files are abandoned."""
     ended_at: float | None = None
-    """Monotonic time the server answered the stop of a given-up session (its files written)."""
+    """The time the server answered the stop of a given-up session (its files written)."""
 
     def poll(
-        self, listing: Mapping[str, Path], is_worker: Callable[[str], bool]
+        self, listing: Mapping[str, Path], is_worker: Callable[[str], bool], now: float
     ) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
         """One look at the folder: (worker files settled now, other trace files settled now).
 
         Each settled file is reported once; `is_worker` tells worker traces from the others
-        (vLLM's API-server CPU trace)."""
+        (vLLM's API-server CPU trace); `now` is the source's clock."""
         workers: list[tuple[str, Path]] = []
         others: list[tuple[str, Path]] = []
-        now = time.monotonic()
         pending: dict[str, Path] = {}
         for name, path in listing.items():
             if name in self.before or name in self.handed or name in self.discarded:
@@ -89,12 +88,12 @@ class Session:
         self.pending = pending
         return workers, others
 
-    def done(self) -> bool:
+    def done(self, now: float) -> bool:
+        """Whether the session is over at `now` (the source's clock), see the module doc."""
         if self.pending:
             return False
         if self.want is not None and len(self.handed) >= self.want:
             return True
-        now = time.monotonic()
         if self.given_up and not self.handed and self.ended_at is not None:
             # The server has ended it and written what it had: none after `quiet_s` is none at all
             # (a start that never took effect).

@@ -12,7 +12,6 @@ session's wait (`session.Session.ended_at`).
 from __future__ import annotations
 
 import logging
-import time
 
 from .. import CapturedWindow
 from .client import InFlight, RequestFailed, ServerClient, reply_error
@@ -37,6 +36,7 @@ class StopTracker:
         self._dialect = dialect
         self._backoff = backoff
         self._files = files
+        self._clock = options.clock
         self.maybe_active = False
         """A start succeeded and its stop may not have: end that session before the next one."""
         self.answered = False
@@ -51,7 +51,7 @@ class StopTracker:
         answer not there by `deadline` is still awaited (`previous_answered`)."""
         self.answered = False
         call = self.in_background(deadline)
-        if not call.wait(deadline - time.monotonic()):
+        if not call.wait(deadline - self._clock.now()):
             # Still flushing: the files may yet appear; collect what is there.
             log.info(
                 "%s: POST /stop_profile not answered within %g s (server still writing traces); "
@@ -83,7 +83,7 @@ class StopTracker:
         self.maybe_active = False
         self.answered = True
         if self._files.late is not None and self._dialect.stop_waits_for_files():
-            self._files.late.ended_at = time.monotonic()  # its files are written: done once quiet
+            self._files.late.ended_at = self._clock.now()  # its files are written: done once quiet
         if error := reply_error(reply):
             return self._backoff.fail(f"POST /stop_profile -> {error}")
         return None
@@ -120,7 +120,7 @@ class StopTracker:
         """Stop a session an earlier window may have left running; None once the server answered,
         else what this round gives instead of a window (the stop is still awaited, or failed)."""
         log.info("%s: sending POST /stop_profile to end a session an earlier window left open", self.name)
-        call = self.in_background(time.monotonic() + self.request_timeout_s)
+        call = self.in_background(self._clock.now() + self.request_timeout_s)
         if not call.wait(self.request_timeout_s):
             self._backoff.skip(
                 "previous_flush_pending",
