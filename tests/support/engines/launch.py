@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from support.patience import hang_guard
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -20,6 +22,7 @@ class Engine:
     """A running stand-in: `url`, `alive()`, `state()`; `close()` ends it."""
 
     def __init__(self, script: str, *args: str, start_timeout_s: float = 30.0) -> None:
+        start_timeout_s = hang_guard(start_timeout_s)
         self.args = [sys.executable, str(HERE / script), *args]
         env = {**os.environ, "PYTHONPATH": str(HERE)}
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -18,7 +18,8 @@ files are tested against vLLM 0.32 itself, its names in tests/capture/test_serve
 Both routes answer 200 with an empty body; `stop_profile` answers once every worker (and the
 front end) has written its trace. A second start, or a stop while idle, is ignored
 (`WorkerProfiler`). Without `--dir` the routes are not registered: FastAPI's 404.
-`--stop-delays` holds stops before writing (a large model's flush takes minutes).
+`--stop-delays` holds stops before writing (a large model's flush takes minutes); `hold` holds one
+until the test posts `/_standin/release_stop`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,8 @@ def main() -> None:
     p.add_argument(
         "--stop-delays",
         default="0",
-        help="seconds each stop holds before writing, one per stop (comma-separated; stops beyond the list hold none)",
+        help="seconds each stop holds before writing, one per stop (comma-separated; stops beyond the list hold "
+        "none); `hold`: until POST /_standin/release_stop",
     )
     p.add_argument("--instance-id", default="7f3a9c21")
     args = p.parse_args()
@@ -61,11 +64,16 @@ def main() -> None:
         state["active"] = True
         return web.Response(status=200)
 
-    delays = [float(d) for d in args.stop_delays.split(",")]
+    delays = [d.strip() for d in args.stop_delays.split(",")]
+    released = threading.Event()
 
     def stop_sync() -> None:
         n = state["stops"] - 1
-        time.sleep(delays[n] if n < len(delays) else 0.0)
+        delay = delays[n] if n < len(delays) else "0"
+        if delay == "hold":
+            released.wait(HOLD_GUARD_S)
+        else:
+            time.sleep(float(delay))
         folder = Path(args.dir)
         ranks = range(len(writer.traces))
         paths = {r: folder / f"{worker_name(r)}.{time.time_ns() + r}.pt.trace.json.gz" for r in ranks}
@@ -83,7 +91,12 @@ def main() -> None:
             await asyncio.get_running_loop().run_in_executor(None, stop_sync)
         return web.Response(status=200)
 
+    async def release_stop(request: web.Request) -> web.Response:
+        released.set()
+        return web.Response(status=200)
+
     app = web.Application()
+    app.router.add_post("/_standin/release_stop", release_stop)
     if args.dir:
         app.router.add_post("/start_profile", start)
         app.router.add_post("/stop_profile", stop)
@@ -91,6 +104,10 @@ def main() -> None:
         app.router.add_post("/start_profile", _404)
         app.router.add_post("/stop_profile", _404)
     serve(app, state)
+
+
+HOLD_GUARD_S = 300.0
+"""A held stop goes on by itself after this long (the test suite's hang guard, support.patience)."""
 
 
 async def _404(request: web.Request) -> web.Response:
