@@ -57,24 +57,13 @@ def rss_mib() -> float:
     return float("nan")
 
 
-KERNEL_GAUGES = (
-    md.KERNEL_WARPS_PER_SM,
-    md.KERNEL_RESIDENT_WARPS_PER_SM,
-    md.KERNEL_THEORETICAL_OCCUPANCY,
-    md.KERNEL_ESTIMATED_OCCUPANCY,
-    md.KERNEL_WAVES_PER_SM,
-    md.KERNEL_TIME_SHARE,
-    md.KERNEL_LAUNCH_RATE,
-    md.KERNEL_REPORTED_WARPS_MIN,
-)
-
-
 def synthetic_snapshot(gpus: int = 8, kernels: int = 50) -> Snapshot:
     samples: dict[md.MetricDef, list[Sample]] = {m: [] for m in md.ALL}
     for g in range(gpus):
         for k in range(kernels + 1):
             name = OTHER if k == kernels else f"at::native::vectorized_elementwise_kernel~{g:02d}{k:06d}"
-            for m, v in zip(KERNEL_GAUGES, (1234.5 + k, 48.25, 0.75, 0.6875, 3.5, 0.0125, 1500.0, -2.0), strict=True):
+            values = (1234.5 + k, 48.25, 0.75, 0.6875, 3.5, 0.0125, 1500.0, -2.0)
+            for m, v in zip(md.KERNEL_GAUGES, values, strict=True):
                 samples[m].append(((str(g), name), v))
             samples[md.KERNEL_LAUNCHES_OBSERVED].append(((str(g), name), 123456.0))
             samples[md.PROFILER_ARTIFACTS].extend(((str(g), name, a), 17.0) for a in ARTIFACT_KINDS[:2])
@@ -206,7 +195,7 @@ def bench_rss(windows: int) -> dict[str, Any]:
         "rss_mib_by_window": {k: round(v, 1) for k, v in samples.items()},
         "rss_mib_after": samples[windows] if windows in samples else rss_mib(),
         "seconds_per_window": elapsed / windows,
-        "kernel_series": len({labels for m in KERNEL_GAUGES for labels, _ in snap.get(m)}),
+        "kernel_series": len({labels for m in md.KERNEL_GAUGES for labels, _ in snap.get(m)}),
         "counter_series": len(snap.get(md.KERNEL_LAUNCHES_OBSERVED)) + len(snap.get(md.PROFILER_ARTIFACTS)),
     }
 

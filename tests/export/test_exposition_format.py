@@ -47,23 +47,13 @@ def test_the_histogram_counts_every_processed_window() -> None:
 
 
 def _kernel_rows(*rows: tuple[str, str, tuple[float | None, ...]]) -> dict[md.MetricDef, tuple[Sample, ...]]:
-    """Per-kernel gauge samples from (gpu, kernel, values in the order of `KERNEL_GAUGES`); None: no sample."""
+    """Per-kernel gauge samples from (gpu, kernel, values in the order of `md.KERNEL_GAUGES`); None: no sample."""
     return {
         m: tuple(((gpu, kernel), v[i]) for gpu, kernel, v in rows if v[i] is not None)
-        for i, m in enumerate(KERNEL_GAUGES)
+        for i, m in enumerate(md.KERNEL_GAUGES)
     }
 
 
-KERNEL_GAUGES = (
-    md.KERNEL_WARPS_PER_SM,
-    md.KERNEL_RESIDENT_WARPS_PER_SM,
-    md.KERNEL_THEORETICAL_OCCUPANCY,
-    md.KERNEL_ESTIMATED_OCCUPANCY,
-    md.KERNEL_WAVES_PER_SM,
-    md.KERNEL_TIME_SHARE,
-    md.KERNEL_LAUNCH_RATE,
-    md.KERNEL_REPORTED_WARPS_MIN,
-)
 SGEMM, ELEMENTWISE = "ampere_sgemm_32x32_sliced1x4_tn", "at::native::vectorized_elementwise_kernel"
 TRITON, A100 = "triton_poi_fused_add_cos_sin_0", "NVIDIA A100-SXM4-80GB"
 FIXED = Snapshot(

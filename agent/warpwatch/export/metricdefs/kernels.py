@@ -95,6 +95,8 @@ KERNEL_GAUGES_OPT_IN: tuple[MetricDef, ...] = (
 )
 """Exported only with `--kernel-gauges` (issue 24): rates of the per-kernel counters answer what they
 do, so no dashboard or alert reads them. `KERNEL_REPORTED_WARPS_MIN` is exported where negative."""
+KERNEL_GAUGES: tuple[MetricDef, ...] = (*KERNEL_GAUGES_OPT_IN, KERNEL_REPORTED_WARPS_MIN)
+"""Every per-kernel gauge of one window, in the order a scrape exposes them."""
 
 # -- Counters of corrected window sums (docs/metrics.md, "Aggregation over time and across pods").
 # Divide rates of these, never average the gauges above over time or pods.
