@@ -28,6 +28,7 @@ import pytest
 
 from support.agent import CONTROL, run_cli
 from support.confinement import FOREIGN_UID, OpenWatch, listening_socket, make_device
+from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture import confine as confine_module
 from warpwatch.capture.confine import Checked, RefusedFile, check, open_confined
@@ -217,20 +218,25 @@ def test_a_link_in_the_daemon_trace_dir_is_refused_and_deleted_leaving_its_targe
     src.start()
     try:
         client.bind(str(root / "s" / "client"))
-        client.settimeout(2)
+        client.settimeout(hang_guard(2))
         daemon = str(root / "s" / "dynolog")
         client.sendto(req([os.getpid()]), daemon)
         client.recv(4096)  # registered
         results: list[list[CapturedWindow]] = []
-        capture = threading.Thread(target=lambda: results.append(src.capture(0.2, 0.5)))
+        # The window waits up to 60 s for the trace: it ends when the link appears, however late
+        # a loaded machine lets the client poll (a 0.5-s wait once went by before it did).
+        capture = threading.Thread(target=lambda: results.append(src.capture(0.2, 60)))
         capture.start()
-        time.sleep(0.2)
-        client.sendto(req([os.getpid()]), daemon)
-        config = client.recv(4096)[HEADER.size :].decode()
+        config = ""
+        while "ACTIVITIES_LOG_FILE=" not in config:  # polls, as Kineto does, until the config comes
+            assert capture.is_alive(), results
+            time.sleep(0.05)
+            client.sendto(req([os.getpid()]), daemon)
+            config = client.recv(4096)[HEADER.size :].decode()
         log_file = Path(re.search(r"ACTIVITIES_LOG_FILE=(\S+)", config).group(1))  # type: ignore[union-attr]
         link = log_file.with_name(f"{log_file.stem}_{os.getpid()}.json")
         link.symlink_to(outside / "secret.json.gz")
-        capture.join(15)
+        capture.join(hang_guard(15))
         [window] = results[0]
         assert window.path == link
         svc = Service(Config(source=("kineto-daemon",), port=0, address="127.0.0.1"), sources=[])

@@ -369,7 +369,7 @@ def test_no_clients_means_no_windows(peer: Peer) -> None:
     src.start()
     try:
         started = time.monotonic()
-        assert src.capture(0.5, 1.0) == []
-        assert time.monotonic() - started < 3
+        assert src.capture(600, 600) == []
+        assert time.monotonic() - started < 60  # not held for the 10-min window, however loaded the machine
     finally:
         src.close()

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from support.daemonpeer import fake_client, req
+from support.patience import hang_guard
 from warpwatch.capture.daemon import KinetoDaemonSource, encode_message
 from warpwatch.capture.daemon import clients as daemon_clients
 from warpwatch.capture.daemon import window as daemon_window
@@ -107,7 +108,7 @@ def test_fake_senders_cost_a_few_log_lines_a_bounded_registry_and_are_counted(
             s.recv(4096)  # answered, all of them
         for _ in range(7):
             senders[0].sendto(b"junk", daemon)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + hang_guard(10)
         while src.stats().dropped["malformed"] < 7:
             assert time.monotonic() < deadline, src.stats()
             time.sleep(0.02)
@@ -157,9 +158,13 @@ def test_the_daemon_thread_survives_a_flood(root: Path) -> None:
     t = threading.Thread(target=flood)
     t.start()
     try:
-        time.sleep(1.0)
+        time.sleep(1.0)  # a second of flood at least, and until the daemon has counted a hundred
+        deadline = time.monotonic() + hang_guard(5)
+        while src.stats().dropped["malformed"] <= 100:
+            assert time.monotonic() < deadline and t.is_alive(), src.stats()
+            time.sleep(0.05)
         stop.set()
-        t.join(5)
+        t.join(hang_guard(5))
         good = client(root, "good")
         good.sendto(req(3, [os.getpid()]), daemon)
         assert good.recv(4096) == encode_message("req")

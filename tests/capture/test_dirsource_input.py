@@ -16,6 +16,7 @@ import pytest
 
 from support.agent import Agent
 from support.paths import HTA
+from support.patience import hang_guard
 from warpwatch.capture import files
 from warpwatch.capture.confine import ConfinedFile
 from warpwatch.capture.dirsource import DirSource
@@ -176,7 +177,7 @@ def test_a_writer_truncating_a_json_while_the_agent_checks_it_never_kills_the_ag
     truncated_while_read = mapped_seen = 0
     delays = [0.0, 0.01, 0.03, 0.06, 0.1]
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + hang_guard(90)
         cycle = 0
         while truncated_while_read < 6 and time.monotonic() < deadline and agent.proc.poll() is None:
             target.write_bytes(body)  # a fresh mtime each cycle: a new file for the source

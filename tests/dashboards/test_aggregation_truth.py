@@ -36,6 +36,7 @@ import pytest
 from support.activity import KernelType, Launch, M, Scenario, StreamSpec, Truth, generate, trace_doc, truth, windows
 from support.activity import write_windows as write_cut
 from support.agent import Agent, free_port
+from support.patience import hang_guard
 from support.prometheus import PROMETHEUS, query
 from warpwatch.dashboards import Settings, all_queries, rules
 from warpwatch.dashboards.settings import DASHBOARD_VARIABLE_DEFAULTS
@@ -159,7 +160,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         t_first = float(first[0]["value"][1])
         last = wait_until(url, f'timestamp(warpwatch_windows_total{{outcome="failed"}} > {PAUSE})', 240, proc, tmp)
         t_eval = float(last[0]["value"][1])
-        time.sleep(2.5)  # the recording rules evaluate t_eval's samples
+        # The fleet records the tests read have evaluated past t_eval (a record of one group reads
+        # the records of another's last evaluation: one interval more): a query at t_eval has all.
+        for record in RECORDS_READ:
+            wait_until(url, f"max(timestamp({record})) > {t_eval + 1.0}", 60, proc, tmp)
         empty = sum(1 for _, kept in cut if not kept) / len(cut)
         yield Run(url, known, t_eval, f"{int(t_eval - t_start) + 5}s", f"{int((t_eval - t_first) * 1000)}ms", empty)
     finally:
@@ -170,8 +174,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             agent.stop()
 
 
+RECORDS_READ = (
+    "fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m",
+    "fleet:warpwatch_gpu_busy:ratio_rate5m",
+    "fleet:warpwatch_gpu_estimated_occupancy:ratio_rate5m",
+)
+
+
 def wait_until(url: str, promql: str, timeout: float, proc: subprocess.Popen[bytes], tmp: Path) -> list[Any]:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + hang_guard(timeout)
     while True:
         try:
             result = query(url, promql)
@@ -233,7 +244,7 @@ def test_time_shares_match_the_truth_in_every_query_that_shows_them(run: Run) ->
         assert got.keys() == share.keys(), where
         for name, value in got.items():
             assert value == pytest.approx(share[name], abs=TOL_SHARE[name]), (where, name, value, share[name])
-    fleet = by(at(run, "fleet_kernel:warpwatch_kernel_time_share:ratio_rate5m"), "kernel")
+    fleet = by(at(run, RECORDS_READ[0]), "kernel")
     assert fleet.pop("other", 0.0) == 0.0
     assert fleet.keys() == share.keys()
     for name, value in fleet.items():
@@ -269,10 +280,8 @@ def test_busy_resident_warps_and_occupancy_match_the_truth(run: Run) -> None:
     assert resident == pytest.approx(t.resident, rel=TOL_RESIDENT)
     occupancy = dash(run, "dashboard:warpwatch-overview/Estimated occupancy per GPU/A")[""]
     assert occupancy == pytest.approx(t.occupancy, rel=TOL_RESIDENT)
-    assert by(at(run, "fleet:warpwatch_gpu_busy:ratio_rate5m"))[""] == pytest.approx(t.busy, abs=TOL_BUSY)
-    assert by(at(run, "fleet:warpwatch_gpu_estimated_occupancy:ratio_rate5m"))[""] == pytest.approx(
-        t.occupancy, rel=TOL_RESIDENT
-    )
+    assert by(at(run, RECORDS_READ[1]))[""] == pytest.approx(t.busy, abs=TOL_BUSY)
+    assert by(at(run, RECORDS_READ[2]))[""] == pytest.approx(t.occupancy, rel=TOL_RESIDENT)
     # empty windows count in every denominator, and their share is shown
     empty = dash(run, "dashboard:warpwatch-overview/Coverage: is the window long enough?/A")[""]
     assert empty == pytest.approx(run.empty_share, abs=0.02)
