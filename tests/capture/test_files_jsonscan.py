@@ -96,7 +96,7 @@ def test_deep_nesting_is_counted_not_recursed_and_hostile_text_is_bounded() -> N
     for _ in range(4 * MAX_WALKED // 65536):
         noisy.feed(b'{"[' * (65536 // 3))
     assert noisy.gave_up and not noisy.complete()
-    assert time.perf_counter() - t0 < 10  # generous: the walk is bounded, not the machine
+    assert time.perf_counter() - t0 < 60  # a hang guard only: `gave_up` above is the bound
 
 
 # --------------------------------------------------------------------------------------------- is_complete_json
