@@ -3,10 +3,10 @@
 Used when the caller runs no other thread (`os.fork` in a threaded process can deadlock the
 child) and the machine has cores to spare; the GIL does not let threads decode in parallel.
 The parent finds the cuts first (a small read around each target), then every process takes
-the next piece from a pipe when it is free. Children send each piece's result (msgpack) as
-soon as it is ready. Any piece that does not decode as whole events, or any other surprise,
-returns None: the caller then reads the document piece by piece in one process (`pieces`),
-which handles every case and reports every error.
+the next piece from a pipe when it is free (`forkscan`: the processes and their pipes). Any
+piece that does not decode as whole events, or any other surprise, returns None: the caller
+then reads the document piece by piece in one process (`pieces`), which handles every case and
+reports every error.
 
 Cuts: where events start lines of their own, at a newline and the first event's indentation
 (skimmable, `pieces`); in a document written on one line, at any `}, {`, each middle piece then
@@ -19,12 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-import select
-import signal
-import struct
-import tempfile
 from collections.abc import Sequence
-from contextlib import suppress
 from typing import Any, Protocol
 
 import msgspec
@@ -33,6 +28,7 @@ from ..errors import TraceError
 from ..gcpause import gc_paused
 from ..membudget import ReadLimits, may_fork
 from .document import Collector, Document, Restart, has_amd_device
+from .forkscan import scan_pieces
 from .messages import over_budget, too_large
 from .schema import DOC, HIP_MARK, PART, PART_FAST, Event, Interned, Scanned, scan
 from .skim import BETWEEN_EVENTS, skim_scan
@@ -44,8 +40,6 @@ MAX_WORKERS = 8
 EDGE_BYTES = 64 * 1024
 _SEARCH_BYTES = 1024**2
 _SPLIT_MARK = "__warpwatch_split__"
-_SEND = msgspec.msgpack.Encoder()
-_RECEIVE: msgspec.msgpack.Decoder[Scanned] = msgspec.msgpack.Decoder(Scanned)
 
 
 class _Irregular(Exception):
@@ -285,120 +279,14 @@ def _scan_parallel(
     skimming: bool,
     structural: bool = False,
 ) -> list[Scanned] | None:
-    """Scan the pieces in `workers` processes; results in document order, None on any failure.
-
-    The piece numbers wait in a pipe that every process reads from, so each takes the next
-    piece when it is free: the parent, which also rebuilds the other processes' launches,
-    simply scans fewer. Children send each piece's result as soon as it is ready.
-    """
+    """Scan the pieces in `workers` processes (`forkscan`); results in document order, None on
+    any failure; the launch cap is checked as each result comes."""
     cap = _Cap(limits, path, already)
-    if len(ranges) * _PIECE.size > 32 * 1024:  # (the pipe holds 64 KiB)
-        return None
-    results: list[Scanned | None] = [None] * len(ranges)
-    todo_r, todo_w = os.pipe()
-    os.write(todo_w, b"".join(_PIECE.pack(i) for i in range(len(ranges))))
-    os.close(todo_w)
-    children: list[_Child] = []
-    try:
-        for _ in range(min(workers, len(ranges)) - 1):
-            children.append(_fork_scanner(source, ranges, todo_r, hip, skimming, structural))
-        buf = bytearray()
-        while (i := _next_piece(todo_r)) is not None:
-            results[i] = r = _scan_range(source, *ranges[i], buf, interned, hip, skimming, structural)
-            cap.add(r)
-            for child in children:
-                child.receive(results, cap, wait=False)
-        del buf
-        for child in children:
-            child.receive(results, cap, wait=True)
-    finally:
-        os.close(todo_r)
-        for child in children:
-            child.close()
-    complete = [r for r in results if r is not None]
-    return complete if len(complete) == len(results) else None
 
+    def piece(i: int, buf: bytearray, interned: Interned) -> Scanned:
+        return _scan_range(source, *ranges[i], buf, interned, hip, skimming, structural)
 
-_PIECE = struct.Struct("<I")
-_NOTE = struct.Struct("<IQQ")  # piece number, offset and size of its result in the child's scratch file
-
-
-def _next_piece(todo: int) -> int | None:
-    data = os.read(todo, _PIECE.size)  # pipe reads this small are atomic: no piece is taken twice
-    return _PIECE.unpack(data)[0] if data else None
-
-
-class _Child:
-    """A scanning child process. Each result goes to a scratch file (writing never waits for
-    the parent), and a 20-byte note on a pipe says where it is."""
-
-    def __init__(self, pid: int, notes: int, store: int) -> None:
-        self.pid = pid
-        self.notes = notes
-        self.store = store
-        self.pending = b""
-        self.done = False
-
-    def receive(self, results: list[Scanned | None], cap: _Cap, *, wait: bool) -> None:
-        """Decode the pieces finished so far, or (`wait`) every piece until the child is done."""
-        while not self.done and (wait or select.select([self.notes], [], [], 0)[0]):
-            data = os.read(self.notes, 64 * 1024)
-            if not data:
-                self.done = True
-                return
-            data = self.pending + data
-            whole = len(data) - len(data) % _NOTE.size
-            for piece, offset, size in _NOTE.iter_unpack(data[:whole]):
-                results[piece] = r = _RECEIVE.decode(os.pread(self.store, size, offset))
-                cap.add(r)
-            self.pending = data[whole:]
-
-    def close(self) -> None:
-        with suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)  # a child still running here is no longer needed
-        os.waitpid(self.pid, 0)
-        os.close(self.notes)
-        os.close(self.store)
-
-
-def _fork_scanner(
-    source: Source, ranges: Sequence[tuple[int, int]], todo: int, hip: bool, skimming: bool, structural: bool
-) -> _Child:
-    """A child process that scans the pieces it takes from `todo` and stores each result."""
-    notes_r, notes_w = os.pipe()
-    store = _scratch_file()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns; sends nothing more after a failure
-        code = 1
-        try:
-            os.close(notes_r)
-            buf = bytearray()
-            offset = 0
-            interned = Interned()
-            while (i := _next_piece(todo)) is not None:
-                payload = _SEND.encode(_scan_range(source, *ranges[i], buf, interned, hip, skimming, structural))
-                _write_all(store, payload)
-                os.write(notes_w, _NOTE.pack(i, offset, len(payload)))  # atomic: shorter than PIPE_BUF
-                offset += len(payload)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(notes_w)
-    return _Child(pid, notes_r, store)
-
-
-def _scratch_file() -> int:
-    """An anonymous file (in memory where the OS allows) for a child's results."""
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("warpwatch-trace", getattr(os, "MFD_CLOEXEC", 0))
-    with tempfile.TemporaryFile() as tmp:
-        return os.dup(tmp.fileno())
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    return scan_pieces(len(ranges), workers, piece, interned, cap.add)
 
 
 def _workers(requested: int | None, size: int) -> int:
