@@ -175,17 +175,31 @@ def test_a_hundred_concurrent_scrapes_during_a_heavy_window_all_get_the_last_goo
     """Rounds of the 25 MB trace take longer than the 1 s period: the agent is busy reading and
     analysing nearly all the time, and a new round starts within a second of the last one."""
     agent = Agent(
-        "--source", f"replay:{big_trace}", "--period", "1s", "--window", "50ms", "--jitter", "0", "--allow-high-duty"
+        "--source",
+        f"replay:{big_trace}",
+        "--period",
+        "1s",
+        "--window",
+        "50ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--log-level",
+        "debug",  # for the capture_started lines
     )
     try:
         agent.wait_for(lambda s: windows(s, "ok") >= 1, timeout=60)  # a good snapshot
-        time.sleep(1.1)  # the next round is under way
+        started = len(captures_started(agent))
+        deadline = time.monotonic() + hang_guard(2)
+        while len(captures_started(agent)) <= started:  # the next round is under way
+            assert time.monotonic() < deadline, "\n".join(agent.lines[-30:])
+            time.sleep(0.05)
         results: list[tuple[int, bytes] | BaseException] = []
         barrier = threading.Barrier(100)
 
         def scrape() -> None:
             try:
-                barrier.wait(10)
+                barrier.wait(hang_guard(10))
                 with urllib.request.urlopen(agent.url + "/metrics", timeout=60) as resp:
                     results.append((resp.status, resp.read()))
             except BaseException as exc:
@@ -195,7 +209,7 @@ def test_a_hundred_concurrent_scrapes_during_a_heavy_window_all_get_the_last_goo
         for t in threads:
             t.start()
         for t in threads:
-            t.join(90)
+            t.join(hang_guard(90))
         assert len(results) == 100
         failures = [r for r in results if not isinstance(r, tuple) or r[0] != 200]
         assert failures == []
@@ -209,6 +223,10 @@ def test_a_hundred_concurrent_scrapes_during_a_heavy_window_all_get_the_last_goo
     assert rc == 0
     assert len([x for x in agent.lines if "event=nvml_unavailable" in x]) == 1
     no_traceback(agent)
+
+
+def captures_started(agent: Agent) -> list[str]:
+    return [x for x in list(agent.lines) if "event=capture_started " in x]
 
 
 # --------------------------------------------------------------------------------------------- rounds and clocks
