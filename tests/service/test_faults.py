@@ -158,11 +158,18 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
         sources=[src],
     )
     try:
+        deadline = time.monotonic() + hang_guard(5)
         while not src.clients():
+            assert time.monotonic() < deadline, "the client never polled"
             time.sleep(0.05)
         with caplog.at_level("DEBUG", logger="warpwatch.service"):
             for _ in range(3):
                 svc.run_round()
+        assert src.configs_sent == 3
+        deadline = time.monotonic() + hang_guard(5)
+        while len(client.configs) < 3:  # the client's own thread takes each reply in
+            assert time.monotonic() < deadline, client.configs
+            time.sleep(0.05)
         assert len(client.configs) == 3  # a config each window, never a trace
         assert svc.registry.get_sample_value(WINDOWS, {"outcome": "timed_out"}) == 3
         assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "timed_out"}) == 3
