@@ -88,16 +88,16 @@ def test_a_traced_process_killed_mid_window_times_out_and_leaves_nothing_behind(
     )
     try:
         agent.wait_for_line(rf"event=daemon_client .* pid={proc.pid}\b", 30)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + hang_guard(30)
         while not any(peer.trace_dir.glob("*.tmp")):  # Kineto is recording
             assert time.monotonic() < deadline, "\n".join(agent.lines)
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(hang_guard(10))
         samples = agent.wait_for(lambda s: windows(s, "timed_out") >= 1, timeout=30)
         assert errors(samples, "capture", "timed_out") == windows(samples, "timed_out")
         assert windows(samples, "ok") == windows(samples, "failed") == 0
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + hang_guard(10)
         while os.listdir(peer.trace_dir):  # the abandoned window's .tmp is swept
             assert time.monotonic() < deadline, os.listdir(peer.trace_dir)
             time.sleep(0.2)
@@ -334,7 +334,7 @@ def test_a_full_trace_volume_fails_the_window_and_the_agent_goes_on(tmp_path: Pa
             samples = agent.wait_for(lambda s: errors(s, "read", "invalid_trace") == 1, timeout=20)
             assert windows(samples, "failed") == 1
             # The partial file was deleted once analysed: the volume has room again.
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + hang_guard(5)
             while os.listdir(volume):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)

@@ -328,14 +328,15 @@ def test_an_overrun_round_is_skipped_and_counted() -> None:
     svc = service_for(src)
     running = threading.Thread(target=svc.run_round)
     running.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + hang_guard(10)
     while not svc.round_running:  # a round still running, hanging in its capture
         assert time.monotonic() < deadline
         time.sleep(0.01)
     svc.tick()
     svc.tick()
     src.hang.set()
-    running.join(10)
+    running.join(hang_guard(10))
+    assert not running.is_alive()
     src.hanging = False
     svc.run_round()
     assert svc.registry.get_sample_value(ERRORS, {"stage": "round", "reason": "overrun"}) == 2
