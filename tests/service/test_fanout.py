@@ -4,7 +4,10 @@ all, a source still busy skipped, a source that raises turned into a failed wind
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
+from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.service.fanout import CaptureFanout
 
@@ -31,11 +34,19 @@ class Scripted(Source):
         return [CapturedWindow(self.name, None, error="none", outcome="failed")]
 
 
-class FakeClock:
-    def __init__(self) -> None:
+class GatedClock:
+    """A frozen clock that cannot be read until `gate()` holds (waited for as long as `hang_guard`):
+    the round's deadline cannot run out before then, however slow the machine."""
+
+    def __init__(self, gate: Callable[[], bool]) -> None:
         self.now = 100.0
+        self.gate = gate
 
     def __call__(self) -> float:
+        deadline = time.monotonic() + hang_guard()
+        while not self.gate():
+            assert time.monotonic() < deadline, "the gate never opened"
+            time.sleep(0.005)
         return self.now
 
 
@@ -64,19 +75,22 @@ def test_the_bound_grows_by_the_largest_stated_overhead() -> None:
 
 
 def test_a_hanging_source_times_out_and_is_skipped_until_it_returns() -> None:
-    clock = FakeClock()
     src, other = Scripted("s"), Scripted("t")
     src.hang = True
-    fanout = CaptureFanout(grace_s=0.0, monotonic=clock)
+    fanout: CaptureFanout
+    # Time stands still until `other` has returned: its window always arrives before the deadline
+    # (0.05 s of frozen time, i.e. joins of 0.05 s), while `src` hangs past it.
+    fanout = CaptureFanout(grace_s=0.0, monotonic=GatedClock(lambda: not fanout.busy(other)))
     [timed_out, ok] = fanout.capture([src, other], 0.05, 0.05, 0.0)
     assert (timed_out.outcome, timed_out.error) == ("timed_out", "capture did not return within 0.05s")
-    assert ok.source == "t" and fanout.busy(src)
+    assert (ok.source, ok.outcome, ok.error) == ("t", "failed", "none")  # the window `other` returned
+    assert fanout.busy(src) and not fanout.busy(other)
     busy: list[Source] = []
     windows = fanout.capture([src, other], 0.05, 0.05, 0.0, on_busy=busy.append)
-    assert busy == [src] and [w.source for w in windows] == ["t"]
-    assert len(src.asked) == 1  # never called while its capture runs
+    assert busy == [src] and [(w.source, w.outcome) for w in windows] == [("t", "failed")]
+    assert len(src.asked) == 1 and len(other.asked) == 2  # never called while its capture runs
     src.release.set()
-    deadline = threading.Event()
-    while fanout.busy(src) and not deadline.wait(0.01):
-        pass
-    assert not fanout.busy(src)
+    deadline = time.monotonic() + hang_guard()
+    while fanout.busy(src):
+        assert time.monotonic() < deadline, "the released capture never returned"
+        time.sleep(0.01)

@@ -88,16 +88,16 @@ def test_a_traced_process_killed_mid_window_times_out_and_leaves_nothing_behind(
     )
     try:
         agent.wait_for_line(rf"event=daemon_client .* pid={proc.pid}\b", 30)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + hang_guard(30)
         while not any(peer.trace_dir.glob("*.tmp")):  # Kineto is recording
             assert time.monotonic() < deadline, "\n".join(agent.lines)
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(hang_guard(10))
         samples = agent.wait_for(lambda s: windows(s, "timed_out") >= 1, timeout=30)
         assert errors(samples, "capture", "timed_out") == windows(samples, "timed_out")
         assert windows(samples, "ok") == windows(samples, "failed") == 0
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + hang_guard(10)
         while os.listdir(peer.trace_dir):  # the abandoned window's .tmp is swept
             assert time.monotonic() < deadline, os.listdir(peer.trace_dir)
             time.sleep(0.2)
@@ -158,11 +158,18 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
         sources=[src],
     )
     try:
+        deadline = time.monotonic() + hang_guard(5)
         while not src.clients():
+            assert time.monotonic() < deadline, "the client never polled"
             time.sleep(0.05)
         with caplog.at_level("DEBUG", logger="warpwatch.service"):
             for _ in range(3):
                 svc.run_round()
+        assert src.configs_sent == 3
+        deadline = time.monotonic() + hang_guard(5)
+        while len(client.configs) < 3:  # the client's own thread takes each reply in
+            assert time.monotonic() < deadline, client.configs
+            time.sleep(0.05)
         assert len(client.configs) == 3  # a config each window, never a trace
         assert svc.registry.get_sample_value(WINDOWS, {"outcome": "timed_out"}) == 3
         assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "timed_out"}) == 3
@@ -180,11 +187,13 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
 
 
 @pytest.mark.slow
-def test_a_growing_file_is_waited_for_and_a_truncated_one_fails_once(tmp_path: Path) -> None:
+def test_a_growing_file_is_waited_for_until_it_is_complete(tmp_path: Path) -> None:
+    """A trace written slowly, in pieces, is never handed over half-written. The give-up time (the
+    collect timeout) is a hang guard: however long a loaded machine leaves between two pieces, the
+    agent waits for the file to be complete, not for a time."""
     folder = tmp_path / "traces"
     folder.mkdir()
     data = CONTROL.read_bytes()
-    (folder / "cut.json.gz").write_bytes(data[: len(data) // 3])  # never completes
     growing = folder / "growing.json.gz"
     agent = Agent(
         "--source",
@@ -197,19 +206,55 @@ def test_a_growing_file_is_waited_for_and_a_truncated_one_fails_once(tmp_path: P
         "0",
         "--allow-high-duty",
         "--collect-timeout",
-        "2s",
+        f"{hang_guard():g}s",
     )
     try:
+        step = len(data) // 8 + 1
+        pieces = [data[i : i + step] for i in range(0, len(data), step)]
         with growing.open("wb") as f:  # written slowly, in pieces, for over a second
-            for i in range(0, len(data), len(data) // 8 + 1):
-                f.write(data[i : i + len(data) // 8 + 1])
+            for piece in pieces[:-1]:
+                f.write(piece)
                 f.flush()
                 time.sleep(0.15)
-                assert windows(agent.scrape(), "ok") == 0  # never handed over half-written
-        samples = agent.wait_for(lambda s: windows(s, "ok") == 1 and windows(s, "failed") == 1, timeout=20)
+                samples = agent.scrape()
+                assert windows(samples, "ok") == windows(samples, "failed") == 0  # never handed over half-written
+            f.write(pieces[-1])
+        samples = agent.wait_for(lambda s: windows(s, "ok") == 1, timeout=20)
+        assert windows(samples, "failed") == 0
+    finally:
+        rc, _ = agent.stop()
+    assert rc == 0
+    [window] = [x for x in agent.lines if "event=window " in x]
+    assert "file=growing.json.gz" in window and "outcome=ok" in window
+
+
+@pytest.mark.slow
+def test_a_truncated_file_is_given_up_on_and_fails_once(tmp_path: Path) -> None:
+    """A trace that never completes is handed over once the give-up time (the 1 s collect timeout)
+    is over, fails as truncated, and is not handed over again."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    data = CONTROL.read_bytes()
+    (folder / "cut.json.gz").write_bytes(data[: len(data) // 3])  # never completes
+    agent = Agent(
+        "--source",
+        f"dir:{folder}",
+        "--period",
+        "300ms",
+        "--window",
+        "20ms",
+        "--jitter",
+        "0",
+        "--allow-high-duty",
+        "--collect-timeout",
+        "1s",
+    )
+    try:
+        samples = agent.wait_for(lambda s: windows(s, "failed") == 1, timeout=20)
         assert errors(samples, "read", "invalid_trace") == 1
-        time.sleep(1)
-        assert windows(agent.scrape(), "failed") == 1  # handed over once
+        time.sleep(1)  # a few more rounds: it is not handed over again (a check that nothing happens)
+        samples = agent.scrape()
+        assert windows(samples, "failed") == 1 and windows(samples, "ok") == 0
     finally:
         rc, _ = agent.stop()
     assert rc == 0
@@ -289,7 +334,7 @@ def test_a_full_trace_volume_fails_the_window_and_the_agent_goes_on(tmp_path: Pa
             samples = agent.wait_for(lambda s: errors(s, "read", "invalid_trace") == 1, timeout=20)
             assert windows(samples, "failed") == 1
             # The partial file was deleted once analysed: the volume has room again.
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + hang_guard(5)
             while os.listdir(volume):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)

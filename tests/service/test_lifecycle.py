@@ -18,6 +18,7 @@ import pytest
 
 from support.agent import ROOT, Agent, run_cli
 from support.agent import agent_env as _env
+from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.config import Config
 from warpwatch.service import signals as signals_module
@@ -48,7 +49,7 @@ def test_sighup_stops_the_agent_cleanly_with_a_log_line_and_removes_the_socket_f
     )
     assert (sock_dir / "dynolog").exists()
     agent.proc.send_signal(signal.SIGHUP)
-    rc = agent.proc.wait(15)
+    rc = agent.proc.wait(hang_guard(15))
     agent._reader.join(5)
     assert rc == 0
     assert any("event=signal name=SIGHUP" in line for line in agent.lines)
@@ -83,7 +84,7 @@ def test_sigint_right_after_start_exits_without_a_traceback(tmp_path: Path) -> N
         )
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=hang_guard(30))
         # -SIGINT: before Python installs its own handler the signal's default action ends it silently
         assert proc.returncode in (0, 130, -signal.SIGINT), err
         assert "warpwatch" not in err.partition("Traceback")[2], err

@@ -51,7 +51,9 @@ class Process:
 
 
 def get(port: int, path: str = "/metrics", timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of one GET from 127.0.0.1; (0, b"") when no answer came within `timeout`."""
+    """(status, body) of one GET from 127.0.0.1; (0, b"") when no answer came in time. `timeout` is
+    how long an answer usually takes; the deadline is a hang guard (`patience`)."""
+    timeout = hang_guard(timeout)
     deadline = time.monotonic() + timeout
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:

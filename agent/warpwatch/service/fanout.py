@@ -4,12 +4,16 @@ and is skipped by later rounds until it returns (one capture per source at a tim
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 from ..capture import CapturedWindow, Source
+from ..logs import event
 from .windowplan import agent_chooses_window
+
+log = logging.getLogger("warpwatch.service")
 
 CAPTURE_GRACE_S = 5.0
 """Beyond window + collect_timeout (+ the source's stated overhead), how long a round waits for a capture."""
@@ -54,6 +58,7 @@ class CaptureFanout:
                 self._busy.add(src)
             started.add(i)
             window = window_s if agent_chooses_window(src.name) else fixed_window_s
+            event(log, "capture_started", logging.DEBUG, source=src.name, window_s=window)
             t = threading.Thread(
                 target=self._one, args=(src, window, timeout_s, out, i), name=f"warpwatch-capture-{i}", daemon=True
             )
