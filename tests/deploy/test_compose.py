@@ -27,6 +27,7 @@ from support.deploykit import (
     Stage,
     exec_form,
 )
+from support.patience import hang_guard
 from warpwatch import __version__
 from warpwatch.configload import load_config
 from warpwatch.dashboards import deploysync
@@ -208,9 +209,9 @@ def test_the_image_command_serves_and_its_healthcheck_passes(final: Stage, tmp_p
     healthcheck[0] = sys.executable
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            check = subprocess.run(healthcheck, env=env, capture_output=True, text=True, timeout=10)
+        deadline = time.monotonic() + hang_guard()
+        while True:  # until the image's own health check passes
+            check = subprocess.run(healthcheck, env=env, capture_output=True, text=True, timeout=hang_guard())
             if check.returncode == 0:
                 break
             assert proc.poll() is None, f"the agent exited: {proc.communicate()[0]}"
@@ -218,16 +219,17 @@ def test_the_image_command_serves_and_its_healthcheck_passes(final: Stage, tmp_p
             time.sleep(0.2)
         import urllib.request
 
-        deadline = time.monotonic() + 20
-        while True:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        deadline = time.monotonic() + hang_guard()
+        while True:  # until the replayed samples' first window is on /metrics
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=hang_guard()) as response:
                 body = response.read().decode()
             if "warpwatch_kernel" in body or time.monotonic() > deadline:
                 break
+            assert proc.poll() is None, f"the agent exited: {proc.communicate()[0]}"
             time.sleep(0.5)
         assert "warpwatch_build_info" in body
         assert "warpwatch_kernel" in body, "no kernel metrics from the replayed samples"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=hang_guard()) as response:
             assert response.status == 200
     finally:
         proc.terminate()

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from support.patience import hang_guard
 from warpwatch import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +206,7 @@ def test_the_entrypoint_serves_healthz_and_kernel_metrics_of_the_bundled_samples
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + hang_guard(90)  # /healthz, then the first window: however loaded
         status, body = 0, ""
         while (status, body.strip()) != (200, "ok"):
             assert proc.poll() is None, f"the agent exited {proc.returncode}: {proc.communicate()[0]}"

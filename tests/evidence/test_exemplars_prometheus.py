@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from support.agent import Agent, analyze_json, ok_windows
+from support.patience import hang_guard
 from support.prometheus import PROMETHEUS, prometheus
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.export import metricdefs as md
@@ -73,8 +74,8 @@ def test_an_exemplar_resolves_to_the_kept_trace_that_shows_the_drop(tmp_path: Pa
                 )
                 agent.wait_for(lambda s, n=i + 1: ok_windows(s) == n)
             metric = md.exposed_name(md.GPU_BUSY_SECONDS)
-            deadline = time.monotonic() + 30
-            while True:
+            deadline = time.monotonic() + hang_guard()
+            while True:  # until Prometheus has scraped the degraded window's exemplar
                 found = {e["labels"]["evidence_id"] for e in exemplars(url, metric)}
                 kept = listed(agent)
                 reasons = {kid: kept[kid]["reason"] for kid in found if kid in kept}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.agent import Agent, parse, sample
+from support.patience import hang_guard
 from support.pki import HASH, PASSWORD, USER
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.export import metricdefs as md
@@ -50,13 +51,15 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Agent, Pat
 
 
 def kept_list(agent: Agent) -> list[dict[str, object]]:
-    deadline = time.monotonic() + 20
+    """/evidence once it lists a kept window (the hang guard: then fail)."""
+    deadline = time.monotonic() + hang_guard()
     while True:
         status, headers, body = agent.get("/evidence", AUTH)
         assert status == 200 and headers["Content-Type"] == "application/json", body
-        listed = json.loads(body)
-        if listed or time.monotonic() > deadline:
+        listed: list[dict[str, object]] = json.loads(body)
+        if listed:
             return listed
+        assert time.monotonic() < deadline, "no kept window listed on /evidence"
         time.sleep(0.1)
 
 
@@ -115,7 +118,7 @@ def test_an_oversized_request_for_evidence_is_refused_and_counted(agent: tuple[A
 def test_a_slow_request_for_evidence_is_closed_and_counted(agent: tuple[Agent, Path]) -> None:
     proc, _ = agent
     before = rejected(proc, "header_timeout")
-    with socket.create_connection(("127.0.0.1", proc.port), timeout=30) as sock:
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=hang_guard()) as sock:
         sock.sendall(b"GET /evidence HTTP/1.1\r\nHost: x\r\n")  # the headers never end
         assert sock.recv(1024) == b""  # closed, no answer
     assert rejected(proc, "header_timeout") == before + 1

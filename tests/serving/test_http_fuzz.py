@@ -1,9 +1,11 @@
 """Generative tests of the metrics port (issue 20): whatever bytes a client sends, it gets a clean
-HTTP answer or a clean close within a bounded time, the server stays up, a normal scrape works
+HTTP answer or a clean close (the hang guard: never a hang), the server stays up, a normal scrape works
 afterwards, and nothing in the logs or on stderr is a traceback.
 
 One real `HttpServer` (aiohttp behind the guarded accept loop) serves loopback sockets, with short
-deadlines so that a request that never completes costs about a second. Request lines, methods,
+deadlines so that a request that never completes costs about a second. How long the close takes is
+no assertion here (a loaded machine takes what it takes); that the header deadline closes a request
+that never completes, without an answer, and counts it, test_serving.py proves. Request lines, methods,
 paths (unicode, %-escapes, very long), headers (huge, duplicated, invalid bytes, many), bodies and
 chunked encodings come from hypothesis; each connection is then half-closed, left open, or reset.
 """
@@ -23,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support.patience import hang_guard
 from warpwatch.serving import Endpoints, HttpServer, Limits
 
 HEADER_TIMEOUT_S = 1.0
@@ -33,8 +36,6 @@ LIMITS = Limits(
     max_header_bytes=16 * 1024,
     shutdown_timeout_s=2.0,
 )
-ANSWER_WITHIN_S = HEADER_TIMEOUT_S + 4.0
-"""Every connection is answered or closed by then: the header deadline, plus slack for 2 shared cores."""
 METRICS = b"# HELP up 1 when up\n# TYPE up gauge\nup 1.0\n"
 STATUS_LINE = re.compile(rb"^HTTP/(1\.[01]|0\.9) ([1-5]\d\d) [^\r\n]*\r\n")
 """aiohttp echoes the request's version: an HTTP/0.9 request line gets "HTTP/0.9 505" (README)."""
@@ -207,10 +208,11 @@ def requests(draw: st.DrawFn) -> tuple[bytes, str]:
 
 
 def exchange(port: int, payload: bytes, ending: str) -> bytes:
-    """Send `payload`, end the connection as told, and read until the server closes or the
-    bound passes (then: fail). Returns what came back."""
-    deadline = time.monotonic() + ANSWER_WITHIN_S
-    with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_WITHIN_S) as s:
+    """Send `payload`, end the connection as told, and read until the server closes (its header and
+    idle deadlines close every connection it keeps) or the hang guard passes: then fail, unless a
+    connection left open was answered. Returns what came back."""
+    deadline = time.monotonic() + hang_guard()
+    with socket.create_connection(("127.0.0.1", port), timeout=hang_guard()) as s:
         with contextlib.suppress(OSError):  # the server may close (431) before it has read everything
             s.sendall(payload)
         if ending == "reset":
@@ -229,7 +231,7 @@ def exchange(port: int, payload: bytes, ending: str) -> bytes:
             except TimeoutError:
                 if ending == "leave_open" and STATUS_LINE.match(data):
                     return data  # answered; a keep-alive connection may stay open
-                raise AssertionError(f"no answer and no close within {ANSWER_WITHIN_S}s: got {data[:200]!r}") from None
+                raise AssertionError(f"no answer and no close within {hang_guard()}s: got {data[:200]!r}") from None
             if not chunk:
                 return data
             data += chunk
@@ -264,7 +266,7 @@ def scrape(port: int) -> bytes:
 )
 @pytest.mark.slow
 @given(request=requests())
-def test_any_request_gets_a_clean_answer_or_close_in_bounded_time(
+def test_any_request_gets_a_clean_answer_or_close(
     server: HttpServer, logs: Collected, request: tuple[bytes, str]
 ) -> None:
     payload, ending = request

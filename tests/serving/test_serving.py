@@ -23,6 +23,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
+from support.patience import hang_guard
 from support.pki import HASH, PASSWORD, USER, Pki, basic, client_context, refused
 from support.pki import get as webget
 from support.pki import make_leaf as _make_leaf
@@ -45,7 +46,7 @@ class Renders:
     def __call__(self, accept: str) -> tuple[bytes, str]:
         self.count += 1
         self.entered.release()
-        self.hold.wait(30)
+        self.hold.wait(hang_guard())
         return BODY, "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -68,7 +69,7 @@ def get(
     port: int, path: str = "/metrics", headers: dict[str, str] | None = None, source: str = "127.0.0.1"
 ) -> tuple[int, dict[str, str], bytes]:
     """One request from `source` (a loopback address) on its own connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=hang_guard(), source_address=(source, 0)) as s:
         lines = [
             f"GET {path} HTTP/1.1",
             "Host: x",
@@ -86,12 +87,12 @@ def get(
 
 
 def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=10)
+    return socket.create_connection(("127.0.0.1", port), timeout=hang_guard())
 
 
-def closed_by_server(s: socket.socket, timeout: float = 10.0) -> bytes:
+def closed_by_server(s: socket.socket) -> bytes:
     """Everything the server sent until it closed the connection (b"" when it sent nothing)."""
-    s.settimeout(timeout)
+    s.settimeout(hang_guard())
     data = b""
     try:
         while chunk := s.recv(4096):
@@ -101,8 +102,8 @@ def closed_by_server(s: socket.socket, timeout: float = 10.0) -> bytes:
     return data
 
 
-def wait_until(predicate: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+def wait_until(predicate: object, usual_s: float | None = None) -> None:
+    deadline = time.monotonic() + hang_guard(usual_s)
     while not predicate():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
@@ -148,7 +149,7 @@ def test_metrics_are_gzipped_only_when_accepted_and_every_path_answers() -> None
 def test_an_http_0_9_request_line_is_answered_at_once_not_left_hanging() -> None:
     with serving() as (server, renders), connect(server.port) as s:
         s.sendall(b"GET /metrics\r\n\r\n")
-        answer = closed_by_server(s, timeout=5)
+        answer = closed_by_server(s)
         assert b" 505 " in answer.split(b"\r\n")[0]
         assert renders.count == 0
 
@@ -160,7 +161,7 @@ def test_an_http_0_9_request_line_is_answered_at_once_not_left_hanging() -> None
 def test_idle_connections_beyond_the_bound_cannot_starve_a_scrape() -> None:
     """Issue: 1,200 idle connections made every scrape time out. Here 40 idle connections against
     a bound of 8: the idle ones are evicted, the scrape is served, the fds stay bounded."""
-    with serving(Limits(max_connections=8, header_timeout_s=30)) as (server, _):
+    with serving(Limits(max_connections=8, header_timeout_s=hang_guard())) as (server, _):
         idle = [connect(server.port) for _ in range(40)]
         try:
             wait_until(lambda: server.rejected["evicted"] >= 32)
@@ -180,7 +181,7 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
         for t in busy:
             t.start()
         for _ in range(2):  # two renders run at once (the pool); the third waits for one
-            assert renders.entered.acquire(timeout=10)
+            assert renders.entered.acquire(timeout=hang_guard())
         wait_until(lambda: server.connections == 3 and all(c.in_request for c in server._conns))
         with connect(server.port) as s:
             answer = closed_by_server(s)
@@ -189,7 +190,7 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
         assert server.rejected["too_many_connections"] == 1
         renders.hold.set()
         for t in busy:
-            t.join(10)
+            t.join(hang_guard())
 
 
 @pytest.mark.slow
@@ -217,11 +218,13 @@ def test_a_request_whose_headers_never_finish_gets_no_response_and_is_never_rend
 
 @pytest.mark.slow
 def test_a_trickle_of_header_bytes_does_not_extend_the_deadline() -> None:
+    """The trickle goes on until the server closes the connection: a deadline that each byte
+    extended would never come (the hang guard fails the test), however slow the machine."""
     with serving(Limits(header_timeout_s=1.0)) as (server, renders), connect(server.port) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\n")
-        t0 = time.monotonic()
-        with contextlib.suppress(OSError):
-            while time.monotonic() - t0 < 5:  # a byte every 100 ms, for up to 5 s
+        deadline = time.monotonic() + hang_guard()
+        with pytest.raises(OSError):  # the send after the server's close: EPIPE or ECONNRESET
+            while time.monotonic() < deadline:  # a byte every 100 ms while the connection is open
                 s.sendall(b"X")
                 time.sleep(0.1)
         assert closed_by_server(s) == b""
@@ -259,7 +262,7 @@ def test_a_client_that_goes_away_is_one_log_line_never_a_traceback(caplog: pytes
             s = connect(server.port)
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             clients.append(s)
-        assert renders.entered.acquire(timeout=10)
+        assert renders.entered.acquire(timeout=hang_guard())
         for s in clients:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
             s.close()
@@ -276,32 +279,89 @@ def test_a_client_that_goes_away_is_one_log_line_never_a_traceback(caplog: pytes
     assert not any(r.exc_info for r in caplog.records)
 
 
+class Stopping:
+    """A server with 200 half-sent requests and one request in progress (held by `renders`), and
+    its stop() begun in a thread of the test's."""
+
+    def __init__(self, limits: Limits, renders: Renders) -> None:
+        self.server = HttpServer(Endpoints(renders, lambda: (True, "")), "127.0.0.1", 0, limits=limits)
+        self.server.start()
+        self.port = self.server.port
+        self.half = [connect(self.port) for _ in range(200)]
+        for s in self.half:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")
+        self.answer: list[bytes] = []
+        self.scrape = threading.Thread(target=self._scrape)
+        self.scrape.start()
+        assert renders.entered.acquire(timeout=hang_guard())
+        self.stop = threading.Thread(target=self.server.stop)
+        self.stop.start()
+
+    def _scrape(self) -> None:
+        with connect(self.port) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            self.answer.append(closed_by_server(s))
+
+    def close(self) -> None:
+        for s in self.half:
+            s.close()
+
+
+def server_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(("warpwatch-http", "warpwatch-render"))]
+
+
 @pytest.mark.slow
-def test_graceful_shutdown_finishes_requests_in_progress_and_closes_the_rest_within_its_bound() -> None:
-    """Issue: with 5,000 half-open connections SIGTERM did not finish in 20 s."""
+def test_graceful_shutdown_closes_the_idle_at_once_and_finishes_requests_in_progress() -> None:
+    """Issue: with 5,000 half-open connections SIGTERM did not finish in 20 s. The request in
+    progress is released only once stop() has closed the listener and the 200 half-sent
+    connections (its drain has begun), under a shutdown bound no test reaches: it finishes.
+    (Deadlines of an hour: never the reason for a close here.)"""
     renders = Renders()
     renders.hold.clear()
-    limits = Limits(shutdown_timeout_s=2.0, header_timeout_s=60)
-    server = HttpServer(Endpoints(renders, lambda: (True, "")), "127.0.0.1", 0, limits=limits)
-    server.start()
-    half = [connect(server.port) for _ in range(200)]
-    for s in half:
-        s.sendall(b"GET /metrics HTTP/1.1\r\n")
-    result: list[tuple[int, dict[str, str], bytes]] = []
-    scrape = threading.Thread(target=lambda: result.append(get(server.port)))
-    scrape.start()
-    assert renders.entered.acquire(timeout=10)
-    threading.Timer(0.5, renders.hold.set).start()  # the request in progress ends during the stop
-    t0 = time.monotonic()
-    server.stop()
-    took = time.monotonic() - t0
-    scrape.join(10)
-    assert result and result[0][0] == 200  # finished, not cut off
-    assert took < limits.shutdown_timeout_s + 2.0
-    assert all(closed_by_server(s, timeout=5) == b"" for s in half)
-    for s in half:
-        s.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith(("warpwatch-http", "warpwatch-render"))]
+    stopping = Stopping(Limits(shutdown_timeout_s=3600, header_timeout_s=3600), renders)
+    try:
+        assert all(closed_by_server(s) == b"" for s in stopping.half)  # closed by stop(), without a response
+        with pytest.raises(ConnectionRefusedError):  # the listener was closed before them
+            connect(stopping.port).close()
+        time.sleep(1.0)  # a check that something does not happen: stop() does not cut the request off
+        loop = stopping.server._thread
+        assert loop is not None and loop.is_alive() and stopping.answer == []
+        renders.hold.set()
+        stopping.stop.join(hang_guard())
+        assert not stopping.stop.is_alive()
+        assert server_threads() == []  # stop() joined every thread it started
+        stopping.scrape.join(hang_guard())
+        (answer,) = stopping.answer
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(BODY)  # finished, not cut off
+    finally:
+        renders.hold.set()
+        stopping.close()
+
+
+@pytest.mark.slow
+def test_graceful_shutdown_cuts_off_a_request_still_in_progress_at_its_bound() -> None:
+    """The request in progress is never released while the server stops: the event loop ends once
+    shutdown_timeout_s has passed and the client is closed without an answer. A stop that waited
+    for requests in progress without a bound would not end while one is held (the hang guard)."""
+    renders = Renders()
+    renders.hold.clear()
+    stopping = Stopping(Limits(shutdown_timeout_s=0.5, header_timeout_s=3600), renders)
+    try:
+        assert all(closed_by_server(s) == b"" for s in stopping.half)
+        loop = stopping.server._thread
+        assert loop is not None
+        loop.join(hang_guard())
+        assert not loop.is_alive()  # the event loop is done while the request is still held
+        stopping.scrape.join(hang_guard())
+        assert stopping.answer == [b""]  # cut off: closed without a response
+        assert not renders.hold.is_set()
+    finally:
+        renders.hold.set()  # the render, which stop() joins, may now return
+        stopping.close()
+    stopping.stop.join(hang_guard())
+    assert not stopping.stop.is_alive()
+    assert server_threads() == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +388,7 @@ def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monk
     def slow(password: bytes, hashed: bytes) -> bool:
         order.append(password)
         started.set()
-        release.wait(10)
+        release.wait(hang_guard())
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", slow)
@@ -346,7 +406,7 @@ def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monk
         port = server.port
         guesses = [threading.Thread(target=attempt, args=("guess", b"wrong%d" % i, "127.0.0.2")) for i in range(12)]
         guesses[0].start()
-        assert started.wait(10)
+        assert started.wait(hang_guard())
         for t in guesses[1:]:
             t.start()
         wait_until(lambda: len(results["guess"]) == 7)  # 1 in progress, 4 waiting, 7 refused at once
@@ -355,9 +415,9 @@ def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monk
         scrape.start()
         wait_until(lambda: server.endpoints.auth is not None and server.endpoints.auth._queued == 5)
         release.set()
-        scrape.join(10)
+        scrape.join(hang_guard())
         for t in guesses:
-            t.join(10)
+            t.join(hang_guard())
     assert results["scrape"] == [200]
     assert sorted(results["guess"]) == [401] * 5 + [429] * 7
     # Round-robin: after the guess in progress and at most one more of the other client's 4,
@@ -397,7 +457,7 @@ def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_serv
 
         def serial() -> int:
             with (
-                socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw,
+                socket.create_connection(("127.0.0.1", server.port), timeout=hang_guard()) as raw,
                 client_context(pki, client).wrap_socket(raw, server_hostname="localhost") as conn,
             ):
                 return int(conn.getpeercert()["serialNumber"], 16)  # type: ignore[index, arg-type]
