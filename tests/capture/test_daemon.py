@@ -144,7 +144,11 @@ def test_two_processes_each_get_a_config_and_deliver_their_trace(peer: Peer) -> 
         wait_for(lambda: ready_pids(src) >= {a.pid, b.pid}, 30, "both clients to register")
         # Long-running servers are the use case: let both settle (see assert_kineto_trace).
         wait_for(lambda: min(c.polls for c in src.clients()) >= 4, 30, "a few polls of both")
-        assert [c.poll_interval_s for c in src.clients()] == [pytest.approx(1.0, abs=0.3)] * 2
+        # Kineto polls once a second, never sooner; a loaded machine makes polls late, not early
+        # (beside stress-ng and a full run, 1.65 s once; the estimate itself, from given receive
+        # times: test_daemon_abuse.py). In seconds (not 1,000), each polling on its own.
+        intervals = [c.poll_interval_s for c in src.clients()]
+        assert all(i is not None and 1.0 <= i < 5.0 for i in intervals), intervals
         clients = {c.pid: c for c in src.clients()}
         assert clients[a.pid].pids[0] == a.pid
         assert clients[a.pid].address.startswith(str(peer.socket_dir) + "/dynoconfigclient")
