@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from support.engines.threaded import ALEXNET, Recorded, StandIn
-from support.servers import FAST, LOGGER, _ok, _sglang, _vllm
+from support.servers import FAST, LOGGER, PatientClock, _ok, _sglang, _vllm
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.capture.servers import SglangSource, VllmSource
 
@@ -179,16 +179,15 @@ def test_disabled_logs_once_and_backs_off(
 
 def test_backoff_doubles_and_recovers(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _vllm(standins, trace_dir, enabled=False)
-    src = VllmSource(server.url, trace_dir, backoff_s=0.15, max_backoff_s=10, **FAST)
-    now = [1000.0]
-    src.backoff_clock = lambda: now[0]
+    clock = PatientClock()
+    src = VllmSource(server.url, trace_dir, backoff_s=0.15, max_backoff_s=10, clock=clock, **FAST)
     assert src.capture(0.01, 5)[0].outcome == "failed"  # next try after 0.15 s
-    now[0] += 0.2
+    clock.advance(0.2)
     assert src.capture(0.01, 5)[0].outcome == "failed"  # now 0.3 s
-    now[0] += 0.2
+    clock.advance(0.2)
     assert src.capture(0.01, 5) == []
     assert len(server.requests) == 2
-    now[0] += 0.15
+    clock.advance(0.15)
     server.enabled = True  # profiling switched on (server restarted with the flag)
     windows = src.capture(0.05, 10)
     assert len(_ok(windows)) == 2

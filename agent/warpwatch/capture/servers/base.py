@@ -38,7 +38,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 
 from ...overhead import LatencySplit
 from ...sourcestats import SourceStats
@@ -89,15 +88,6 @@ class ProfilingServerSource(Source):
             name=self.name,
             first_token=FIRST_TOKEN.get(self.kind, ()),
         )
-
-    @property
-    def backoff_clock(self) -> Callable[[], float]:
-        """The clock the backoff after a failed window is measured on (tests set their own)."""
-        return self._backoff.clock
-
-    @backoff_clock.setter
-    def backoff_clock(self, clock: Callable[[], float]) -> None:
-        self._backoff.clock = clock
 
     # -- Source protocol -----------------------------------------------------------------
 

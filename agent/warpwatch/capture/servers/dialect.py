@@ -24,8 +24,8 @@ class Backoff:
         self.name = options.label
         self.backoff_s = options.backoff_s
         self.max_backoff_s = options.max_backoff_s
-        self.clock: Callable[[], float] = options.clock.now
-        """The clock the back-off is measured on (the source's; tests may set their own)."""
+        self._clock = options.clock
+        """The source's clock: the back-off is measured on it."""
         self.skipped: Counter[str] = Counter()
         self._failures = 0
         self._until = 0.0
@@ -34,7 +34,7 @@ class Backoff:
 
     def waiting(self) -> bool:
         """Whether the source is backing off now (logged)."""
-        now = self.clock()
+        now = self._clock.now()
         if now < self._until:
             log.debug("%s: backing off, next try in %.0f s", self.name, self._until - now)
             return True
@@ -42,7 +42,7 @@ class Backoff:
 
     def over(self) -> bool:
         """Whether the back-off has run out (or none is under way)."""
-        return self.clock() >= self._until
+        return self._clock.now() >= self._until
 
     def healthy(self) -> None:
         """A window went through: no back-off now."""
@@ -56,7 +56,7 @@ class Backoff:
         """A failed window (logged), and a longer wait before the next one."""
         delay = min(self.max_backoff_s, self.backoff_s * (2**self._failures))
         self._failures = min(self._failures + 1, 60)
-        self._until = self.clock() + delay
+        self._until = self._clock.now() + delay
         self._unhealthy = True
         if disabled:
             if not self._disabled_logged:

@@ -78,7 +78,8 @@ class SessionFiles:
         out: list[CapturedWindow] = []
         while True:
             out.extend(self.poll(session))
-            if session.done(self._clock.now()) or self._clock.now() >= deadline:
+            now = self._clock.now()
+            if session.done(now) or now >= deadline:
                 break
             if self._clock.sleep(self._closed, self.poll_interval_s):
                 return out
