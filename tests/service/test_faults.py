@@ -186,16 +186,10 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
 # --------------------------------------------------------------------------------------------- files
 
 
-@pytest.mark.slow
-def test_a_growing_file_is_waited_for_until_it_is_complete(tmp_path: Path) -> None:
-    """A trace written slowly, in pieces, is never handed over half-written. The give-up time (the
-    collect timeout) is a hang guard: however long a loaded machine leaves between two pieces, the
-    agent waits for the file to be complete, not for a time."""
-    folder = tmp_path / "traces"
-    folder.mkdir()
-    data = CONTROL.read_bytes()
-    growing = folder / "growing.json.gz"
-    agent = Agent(
+def dir_agent(folder: Path, collect_timeout: str, *more: str) -> Agent:
+    """An agent reading the traces dropped in `folder`: a 20-ms window every 300 ms, each file
+    given up on after `collect_timeout`."""
+    return Agent(
         "--source",
         f"dir:{folder}",
         "--period",
@@ -206,8 +200,21 @@ def test_a_growing_file_is_waited_for_until_it_is_complete(tmp_path: Path) -> No
         "0",
         "--allow-high-duty",
         "--collect-timeout",
-        f"{hang_guard():g}s",
+        collect_timeout,
+        *more,
     )
+
+
+@pytest.mark.slow
+def test_a_growing_file_is_waited_for_until_it_is_complete(tmp_path: Path) -> None:
+    """A trace written slowly, in pieces, is never handed over half-written. The give-up time (the
+    collect timeout) is a hang guard: however long a loaded machine leaves between two pieces, the
+    agent waits for the file to be complete, not for a time."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    data = CONTROL.read_bytes()
+    growing = folder / "growing.json.gz"
+    agent = dir_agent(folder, f"{hang_guard():g}s")
     try:
         step = len(data) // 8 + 1
         pieces = [data[i : i + step] for i in range(0, len(data), step)]
@@ -236,19 +243,7 @@ def test_a_truncated_file_is_given_up_on_and_fails_once(tmp_path: Path) -> None:
     folder.mkdir()
     data = CONTROL.read_bytes()
     (folder / "cut.json.gz").write_bytes(data[: len(data) // 3])  # never completes
-    agent = Agent(
-        "--source",
-        f"dir:{folder}",
-        "--period",
-        "300ms",
-        "--window",
-        "20ms",
-        "--jitter",
-        "0",
-        "--allow-high-duty",
-        "--collect-timeout",
-        "1s",
-    )
+    agent = dir_agent(folder, "1s")
     try:
         samples = agent.wait_for(lambda s: windows(s, "failed") == 1, timeout=20)
         assert errors(samples, "read", "invalid_trace") == 1
@@ -315,20 +310,7 @@ def test_a_full_trace_volume_fails_the_window_and_the_agent_goes_on(tmp_path: Pa
     big.write_text(json.dumps(trace_doc([span(0, 10**6)] + [kernel(f"k{i}", ts=10 + i, dur=1) for i in range(400)])))
     assert big.stat().st_size > 128 * 1024
     with small_volume(volume) as kind:
-        agent = Agent(
-            "--source",
-            f"dir:{volume}",
-            "--period",
-            "300ms",
-            "--window",
-            "20ms",
-            "--jitter",
-            "0",
-            "--allow-high-duty",
-            "--collect-timeout",
-            "1s",
-            "--delete-processed",
-        )
+        agent = dir_agent(volume, "1s", "--delete-processed")
         try:
             assert write_on_volume(kind, big, volume / "big.json") in (errno.ENOSPC, errno.EFBIG)
             samples = agent.wait_for(lambda s: errors(s, "read", "invalid_trace") == 1, timeout=20)
