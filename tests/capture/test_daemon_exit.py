@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from support.daemonpeer import Peer, needs_torch, open_peer, ready_pids, wait_for
+from support.daemonpeer import Peer, needs_torch, open_peer, ready_pids
+from support.patience import wait_for
 from warpwatch.capture import CapturedWindow
 
 pytestmark = [pytest.mark.slow, needs_torch]

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from support.daemonpeer import Peer, fake_client, open_peer, req, wait_for
+from support.daemonpeer import Peer, fake_client, open_peer, req
+from support.patience import wait_for
 from warpwatch.capture.daemon.clients import ClientRegistry
 from warpwatch.capture.daemon.serve import Responder
 from warpwatch.capture.daemon.sockets import DaemonSocket

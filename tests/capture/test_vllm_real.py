@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from support.daemonpeer import ready_pids, wait_for
+from support.daemonpeer import ready_pids
+from support.patience import wait_for
 from support.vllmreal import VllmServer, complete, serve
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import KinetoDaemonSource

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from support.patience import hang_guard
+from support.patience import hang_guard, wait_for
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.service.fanout import CaptureFanout
 
@@ -43,10 +43,7 @@ class GatedClock:
         self.gate = gate
 
     def __call__(self) -> float:
-        deadline = time.monotonic() + hang_guard()
-        while not self.gate():
-            assert time.monotonic() < deadline, "the gate never opened"
-            time.sleep(0.005)
+        wait_for(self.gate, 1, "the gate to open")
         return self.now
 
 

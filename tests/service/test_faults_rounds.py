@@ -32,7 +32,7 @@ from support.agent import (
     service_for,
     windows,
 )
-from support.patience import hang_guard
+from support.patience import hang_guard, wait_for
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.config import Config
@@ -162,10 +162,8 @@ def test_sigterm_during_analysis_abandons_the_round_after_the_window_plus_grace_
     assert events == ["signal", "stopping", "window_abandoned", "stopped"]
     [abandoned] = [r for r in caplog.records if r.msg == "window_abandoned"]
     assert getattr(abandoned, FIELDS_ATTR)["reason"] == "still running 0.25s after the stop request"
-    deadline = time.monotonic() + hang_guard()
-    while svc.round_running:  # the released analysis ends in its daemon thread; nothing outlives the test
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # the released analysis ends in its daemon thread; nothing outlives the test
+    wait_for(lambda: not svc.round_running, 30, "the released analysis to end")
 
 
 @pytest.mark.slow
@@ -269,17 +267,12 @@ def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> N
         def ok() -> float:
             return svc.registry.get_sample_value(WINDOWS, {"outcome": "ok"}) or 0.0
 
-        deadline = time.monotonic() + hang_guard(10)
-        while ok() < 1:  # a first round has read the clock: steps from here on are steps
-            assert time.monotonic() < deadline, "no first round"
-            time.sleep(0.05)
+        wait_for(lambda: ok() >= 1, 10, "a first round")  # it has read the clock: steps from here on are steps
         for step in (+3600.0, -7200.0, +86400.0, -86400.0 - 3600.0):
             before = ok()
             clock.offset += step
-            deadline = time.monotonic() + hang_guard(10)  # a hang guard (`patience`)
-            while ok() < before + 3:  # rounds go on, every 0.2 s of real time
-                assert time.monotonic() < deadline, f"rounds stopped after a {step:+g}s step"
-                time.sleep(0.05)
+            # rounds go on, every 0.2 s of real time
+            wait_for(lambda n=before + 3: ok() >= n, 10, f"three more rounds after a {step:+g}s step")
             ready, reason = svc.readiness()
             assert ready, reason
             assert "-" not in reason
@@ -328,10 +321,7 @@ def test_an_overrun_round_is_skipped_and_counted() -> None:
     svc = service_for(src)
     running = threading.Thread(target=svc.run_round)
     running.start()
-    deadline = time.monotonic() + hang_guard(10)
-    while not svc.round_running:  # a round still running, hanging in its capture
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for(lambda: svc.round_running, 10, "a round hanging in its capture")
     svc.tick()
     svc.tick()
     src.hang.set()

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,17 +101,6 @@ def open_peer() -> Iterator[Peer]:
     finally:
         p.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Wait until `condition` holds; `timeout_s` is how long it usually takes, the deadline a
-    hang guard of minutes (`patience`)."""
-    limit = hang_guard(timeout_s)
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {limit:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def ready_pids(src: KinetoDaemonSource) -> set[int]:

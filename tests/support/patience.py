@@ -13,6 +13,8 @@ that time and looks; it does not use these helpers.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 HANG_GUARD_S = float(os.environ.get("WARPWATCH_TEST_HANG_GUARD_S", "300"))
 """Five minutes: longer than any wait of the suite takes on a machine ten times overloaded, and
@@ -22,3 +24,14 @@ short enough that a hang fails the run rather than the CI's own timeout."""
 def hang_guard(usual_s: float | None = None) -> float:
     """The deadline for a wait that usually takes `usual_s`: never less than `HANG_GUARD_S`."""
     return max(usual_s or 0.0, HANG_GUARD_S)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Wait until `condition` holds; `timeout_s` is how long it usually takes, the deadline a
+    hang guard of minutes."""
+    limit = hang_guard(timeout_s)
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {limit:g} s waiting for {what}")
+        time.sleep(0.05)
