@@ -26,10 +26,9 @@ from support.daemonpeer import (
     open_peer,
     ready_pids,
     req,
-    wait_for,
     warpwatch_threads,
 )
-from support.patience import hang_guard
+from support.patience import hang_guard, wait_for
 from warpwatch.capture import CapturedWindow, Source
 from warpwatch.capture.daemon import (
     ABSTRACT_ADDRESS,

@@ -23,8 +23,8 @@ from support.daemonpeer import (
     open_peer,
     ready_pids,
     req,
-    wait_for,
 )
+from support.patience import wait_for
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon.clients import MAX_CLIENTS, ClientRegistry
 from warpwatch.capture.daemon.sockets import DaemonSocket

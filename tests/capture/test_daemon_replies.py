@@ -24,8 +24,8 @@ from support.daemonpeer import (
     open_peer,
     ready_pids,
     req,
-    wait_for,
 )
+from support.patience import wait_for
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import HEADER, KinetoDaemonSource
 from warpwatch.capture.daemon.window import Served, Window
