@@ -2,9 +2,10 @@
 and time. A real `HttpServer` (aiohttp behind the guarded accept loop) serves real sockets; the
 render function is the test's, so that a test can count renders or hold a request in progress.
 
-Every test here failed against the previous `ThreadingHTTPServer` handler (one thread per
-connection, no timeouts, no bound, headers up to 100 x 64 KiB, tracebacks on a client that goes
-away, a global bcrypt lock), each for the reason its name says.
+Every test here, in test_shutdown.py and in test_serving_auth.py failed against the previous
+`ThreadingHTTPServer` handler (one thread per connection, no timeouts, no bound, headers up to
+100 x 64 KiB, tracebacks on a client that goes away, a global bcrypt lock), each for the reason its
+name says. The server and its clients: `support.httpserving`.
 """
 
 from __future__ import annotations
@@ -13,104 +14,17 @@ import base64
 import contextlib
 import gzip
 import logging
-import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
 import pytest
 
-from support.patience import hang_guard
-from support.pki import HASH, PASSWORD, USER, Pki, basic, client_context, refused
-from support.pki import get as webget
-from support.pki import make_leaf as _make_leaf
-from warpwatch.serving import Endpoints, HttpServer, Limits, accepts_gzip
-from warpwatch.serving.webconfig import dummy_hash
-from warpwatch.serving.webfile import load_web_config
-
-BODY = b"# TYPE test_metric gauge\ntest_metric 1\n"
-
-
-class Renders:
-    """A render function that counts its calls and can be held (a request in progress)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.hold = threading.Event()
-        self.hold.set()
-        self.entered = threading.Semaphore(0)
-
-    def __call__(self, accept: str) -> tuple[bytes, str]:
-        self.count += 1
-        self.entered.release()
-        self.hold.wait(hang_guard())
-        return BODY, "text/plain; version=0.0.4; charset=utf-8"
-
-
-@contextlib.contextmanager
-def serving(
-    limits: Limits | None = None, web_config: Path | None = None, renders: Renders | None = None
-) -> Iterator[tuple[HttpServer, Renders]]:
-    r = renders or Renders()
-    web = load_web_config(web_config) if web_config is not None else None
-    server = HttpServer(Endpoints(r, lambda: (True, "ready"), web), "127.0.0.1", 0, web=web, limits=limits)
-    server.start()
-    try:
-        yield server, r
-    finally:
-        r.hold.set()
-        server.stop()
-
-
-def get(
-    port: int, path: str = "/metrics", headers: dict[str, str] | None = None, source: str = "127.0.0.1"
-) -> tuple[int, dict[str, str], bytes]:
-    """One request from `source` (a loopback address) on its own connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=hang_guard(), source_address=(source, 0)) as s:
-        lines = [
-            f"GET {path} HTTP/1.1",
-            "Host: x",
-            "Connection: close",
-            *(f"{k}: {v}" for k, v in (headers or {}).items()),
-        ]
-        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
-    return int(status_line.split()[1]), hdrs, body
-
-
-def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=hang_guard())
-
-
-def closed_by_server(s: socket.socket) -> bytes:
-    """Everything the server sent until it closed the connection (b"" when it sent nothing)."""
-    s.settimeout(hang_guard())
-    data = b""
-    try:
-        while chunk := s.recv(4096):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
-
-
-def wait_until(predicate: object, usual_s: float | None = None) -> None:
-    deadline = time.monotonic() + hang_guard(usual_s)
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
-# ---------------------------------------------------------------------------------------------
-# Negotiation
+from support.httpserving import BODY, Renders, closed_by_server, connect, get, serving
+from support.patience import hang_guard, wait_for
+from warpwatch.serving import Limits, accepts_gzip
 
 
 @pytest.mark.parametrize(
@@ -164,7 +78,7 @@ def test_idle_connections_beyond_the_bound_cannot_starve_a_scrape() -> None:
     with serving(Limits(max_connections=8, header_timeout_s=hang_guard())) as (server, _):
         idle = [connect(server.port) for _ in range(40)]
         try:
-            wait_until(lambda: server.rejected["evicted"] >= 32)
+            wait_for(lambda: server.rejected["evicted"] >= 32, 1.0, "32 evictions")
             assert server.connections <= 8
             assert get(server.port)[0] == 200
             assert server.rejected["evicted"] >= 33
@@ -182,7 +96,9 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
             t.start()
         for _ in range(2):  # two renders run at once (the pool); the third waits for one
             assert renders.entered.acquire(timeout=hang_guard())
-        wait_until(lambda: server.connections == 3 and all(c.in_request for c in server._conns))
+        wait_for(
+            lambda: server.connections == 3 and all(c.in_request for c in server._conns), 1.0, "3 busy connections"
+        )
         with connect(server.port) as s:
             answer = closed_by_server(s)
         assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
@@ -210,7 +126,7 @@ def test_a_request_whose_headers_never_finish_gets_no_response_and_is_never_rend
             s.close()
         assert renders.count == 0
         assert server.rejected["header_timeout"] >= 15
-        wait_until(lambda: server.connections == 0)
+        wait_for(lambda: server.connections == 0, 1.0, "no connection left")
     lines = [r for r in caplog.records if r.name == "warpwatch.http" and r.levelno >= logging.INFO]
     assert len(lines) <= 2, [r.getMessage() for r in lines]  # rate-limited: one line per reason
     assert not any(r.exc_info for r in caplog.records)
@@ -266,9 +182,9 @@ def test_a_client_that_goes_away_is_one_log_line_never_a_traceback(caplog: pytes
         for s in clients:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
             s.close()
-        wait_until(lambda: server.rejected["client_gone"] == 20)
+        wait_for(lambda: server.rejected["client_gone"] == 20, 1.0, "20 clients gone")
         renders.hold.set()
-        wait_until(lambda: server.connections == 0)
+        wait_for(lambda: server.connections == 0, 1.0, "no connection left")
         assert get(server.port)[0] == 200
     gone = [
         r
@@ -277,206 +193,3 @@ def test_a_client_that_goes_away_is_one_log_line_never_a_traceback(caplog: pytes
     ]
     assert len(gone) == 1
     assert not any(r.exc_info for r in caplog.records)
-
-
-class Stopping:
-    """A server with 200 half-sent requests and one request in progress (held by `renders`), and
-    its stop() begun in a thread of the test's."""
-
-    def __init__(self, limits: Limits, renders: Renders) -> None:
-        self.server = HttpServer(Endpoints(renders, lambda: (True, "")), "127.0.0.1", 0, limits=limits)
-        self.server.start()
-        self.port = self.server.port
-        self.half = [connect(self.port) for _ in range(200)]
-        for s in self.half:
-            s.sendall(b"GET /metrics HTTP/1.1\r\n")
-        self.answer: list[bytes] = []
-        self.scrape = threading.Thread(target=self._scrape)
-        self.scrape.start()
-        assert renders.entered.acquire(timeout=hang_guard())
-        self.stop = threading.Thread(target=self.server.stop)
-        self.stop.start()
-
-    def _scrape(self) -> None:
-        with connect(self.port) as s:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            self.answer.append(closed_by_server(s))
-
-    def close(self) -> None:
-        for s in self.half:
-            s.close()
-
-
-def server_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(("warpwatch-http", "warpwatch-render"))]
-
-
-@pytest.mark.slow
-def test_graceful_shutdown_closes_the_idle_at_once_and_finishes_requests_in_progress() -> None:
-    """Issue: with 5,000 half-open connections SIGTERM did not finish in 20 s. The request in
-    progress is released only once stop() has closed the listener and the 200 half-sent
-    connections (its drain has begun), under a shutdown bound no test reaches: it finishes.
-    (Deadlines of an hour: never the reason for a close here.)"""
-    renders = Renders()
-    renders.hold.clear()
-    stopping = Stopping(Limits(shutdown_timeout_s=3600, header_timeout_s=3600), renders)
-    try:
-        assert all(closed_by_server(s) == b"" for s in stopping.half)  # closed by stop(), without a response
-        with pytest.raises(ConnectionRefusedError):  # the listener was closed before them
-            connect(stopping.port).close()
-        time.sleep(1.0)  # a check that something does not happen: stop() does not cut the request off
-        loop = stopping.server._thread
-        assert loop is not None and loop.is_alive() and stopping.answer == []
-        renders.hold.set()
-        stopping.stop.join(hang_guard())
-        assert not stopping.stop.is_alive()
-        assert server_threads() == []  # stop() joined every thread it started
-        stopping.scrape.join(hang_guard())
-        (answer,) = stopping.answer
-        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(BODY)  # finished, not cut off
-    finally:
-        renders.hold.set()
-        stopping.close()
-
-
-@pytest.mark.slow
-def test_graceful_shutdown_cuts_off_a_request_still_in_progress_at_its_bound() -> None:
-    """The request in progress is never released while the server stops: the event loop ends once
-    shutdown_timeout_s has passed and the client is closed without an answer. A stop that waited
-    for requests in progress without a bound would not end while one is held (the hang guard)."""
-    renders = Renders()
-    renders.hold.clear()
-    stopping = Stopping(Limits(shutdown_timeout_s=0.5, header_timeout_s=3600), renders)
-    try:
-        assert all(closed_by_server(s) == b"" for s in stopping.half)
-        loop = stopping.server._thread
-        assert loop is not None
-        loop.join(hang_guard())
-        assert not loop.is_alive()  # the event loop is done while the request is still held
-        stopping.scrape.join(hang_guard())
-        assert stopping.answer == [b""]  # cut off: closed without a response
-        assert not renders.hold.is_set()
-    finally:
-        renders.hold.set()  # the render, which stop() joins, may now return
-        stopping.close()
-    stopping.stop.join(hang_guard())
-    assert not stopping.stop.is_alive()
-    assert server_threads() == []
-
-
-# ---------------------------------------------------------------------------------------------
-# Basic auth
-
-
-def test_the_dummy_hash_has_the_configured_cost() -> None:
-    """Issue: the dummy hash had cost 10 whatever the users' (htpasswd -B uses 5): an oracle."""
-    assert dummy_hash([5])[:7] == b"$2b$05$"
-    assert dummy_hash([5, 12, 12])[:7] == b"$2b$12$"
-    assert dummy_hash([5, 12])[:7] == b"$2b$12$"  # a tie: the higher
-    assert bcrypt.checkpw(b"anything", dummy_hash([4])) is False  # a well-formed hash: a full bcrypt
-
-
-def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue: one global bcrypt lock made a legitimate first scrape wait behind every attacker.
-    Here 12 wrong guesses from 127.0.0.2 (4 may wait, the rest get 429) and then a first scrape
-    from 127.0.0.1: its turn comes after one more guess (round-robin), not after the whole queue."""
-    order: list[bytes] = []
-    started = threading.Event()
-    release = threading.Event()
-    real = bcrypt.checkpw
-
-    def slow(password: bytes, hashed: bytes) -> bool:
-        order.append(password)
-        started.set()
-        release.wait(hang_guard())
-        return real(password, hashed)
-
-    monkeypatch.setattr(bcrypt, "checkpw", slow)
-    cfg = tmp_path / "web.yml"
-    cfg.write_text(f"basic_auth_users:\n  prom: '{bcrypt.hashpw(b'right', bcrypt.gensalt(4)).decode()}'\n")
-    results: dict[str, list[int]] = {"guess": [], "scrape": []}
-
-    def attempt(kind: str, password: bytes, source: str) -> None:
-        auth = "Basic " + base64.b64encode(b"prom:" + password).decode()
-        results[kind].append(get(port, headers={"Authorization": auth}, source=source)[0])
-
-    with serving(web_config=cfg) as (server, _):
-        assert server.endpoints.auth is not None
-        server.endpoints.auth.workers = 1
-        port = server.port
-        guesses = [threading.Thread(target=attempt, args=("guess", b"wrong%d" % i, "127.0.0.2")) for i in range(12)]
-        guesses[0].start()
-        assert started.wait(hang_guard())
-        for t in guesses[1:]:
-            t.start()
-        wait_until(lambda: len(results["guess"]) == 7)  # 1 in progress, 4 waiting, 7 refused at once
-        assert results["guess"] == [429] * 7
-        scrape = threading.Thread(target=attempt, args=("scrape", b"right", "127.0.0.1"))
-        scrape.start()
-        wait_until(lambda: server.endpoints.auth is not None and server.endpoints.auth._queued == 5)
-        release.set()
-        scrape.join(hang_guard())
-        for t in guesses:
-            t.join(hang_guard())
-    assert results["scrape"] == [200]
-    assert sorted(results["guess"]) == [401] * 5 + [429] * 7
-    # Round-robin: after the guess in progress and at most one more of the other client's 4,
-    # never behind all of them.
-    assert order.index(b"right") == 2, order
-    assert server.rejected["auth_busy"] == 7
-
-
-# ---------------------------------------------------------------------------------------------
-# TLS through the agent's server (the web-config format; test_webconfig covers loading it)
-
-
-@pytest.mark.slow
-def test_tls_client_certificates_sans_rotation_and_plain_http_on_the_agents_server(pki: Pki, tmp_path: Path) -> None:
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    shutil.copy(pki.server_crt, cert)
-    shutil.copy(pki.server_key, key)
-    cfg = tmp_path / "web.yml"
-    cfg.write_text(
-        f"tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
-        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
-        "  client_allowed_sans: [prometheus.test]\n"
-        f"basic_auth_users:\n  {USER}: {HASH}\n"
-        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
-    )
-    client = (pki.client_crt, pki.client_key)
-    with serving(web_config=cfg) as (server, _):
-        url = f"https://127.0.0.1:{server.port}/metrics"
-        ok = webget(url, client_context(pki, client), basic(USER, PASSWORD))
-        assert (ok.status, ok.body, ok.headers["X-Content-Type-Options"]) == (200, BODY, "nosniff")
-        denied = webget(url, client_context(pki, client), basic(USER, "wrong"))
-        assert denied.status == 401 and denied.headers["WWW-Authenticate"].startswith('Basic realm="warpwatch"')
-        refused(url, client_context(pki), basic(USER, PASSWORD))  # no client certificate
-        refused(url, client_context(pki, (pki.foreign_crt, pki.foreign_key)), basic(USER, PASSWORD))
-        plain = webget(f"http://127.0.0.1:{server.port}/metrics")
-        assert plain.status == 400 and b"Client sent an HTTP request to an HTTPS server" in plain.body
-
-        def serial() -> int:
-            with (
-                socket.create_connection(("127.0.0.1", server.port), timeout=hang_guard()) as raw,
-                client_context(pki, client).wrap_socket(raw, server_hostname="localhost") as conn,
-            ):
-                return int(conn.getpeercert()["serialNumber"], 16)  # type: ignore[index, arg-type]
-
-        assert serial() == 2
-        _make_leaf(pki.dir, "rotated15", "ca", "serverAuth", "DNS:localhost,IP:127.0.0.1", 15)
-        shutil.copy(pki.dir / "rotated15.key", key)
-        shutil.copy(pki.dir / "rotated15.crt", cert)
-        assert serial() == 15
-        assert server.rejected["tls_failed"] >= 3
-
-
-def test_a_client_certificate_without_an_allowed_san_is_refused_before_any_http(pki: Pki, tmp_path: Path) -> None:
-    cfg = tmp_path / "web.yml"
-    cfg.write_text(
-        f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n"
-        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca}\n"
-        "  client_allowed_sans: [grafana.test]\n"
-    )
-    with serving(web_config=cfg) as (server, renders):
-        refused(f"https://127.0.0.1:{server.port}/metrics", client_context(pki, (pki.client_crt, pki.client_key)))
-        assert renders.count == 0
