@@ -326,10 +326,17 @@ class Responder:
         return encode_message("req", config.encode("ascii"))
 
     def _undeliver(self, sender: Address) -> None:
-        """The config never reached the client: let a later poll of this window try again."""
+        """The config never reached the client: its next poll in this window gets one again, and
+        the window waits for that poll (`Window.retry`)."""
         with self._lock:
             window = self.window
-            if window is not None and window.served.pop(sender, None) is not None:
+            client = self._clients.get(sender)
+            interval = (
+                self._clients.default_interval_s
+                if client is None
+                else client.wait_interval(self._clients.default_interval_s)
+            )
+            if window is not None and window.retry(sender, time.monotonic(), interval):
                 self.counters.configs_sent -= 1
 
     def _on_context(self, sender: Address, ctxt: Context, arrived: float) -> bytes:

@@ -247,14 +247,14 @@ class KinetoDaemonSource(Source):
     @property
     def capture_overhead_s(self) -> float:
         """How long `capture` may take beyond window + timeout (the service bounds rounds with it):
-        one accept period (1.5 poll intervals + 1 s, at most `MAX_ACCEPT_S`), the start lead, and
-        Kineto's file write."""
+        the longest accept period (1.5 poll intervals + 1 s, twice that when the agent lost
+        configs, at most `MAX_ACCEPT_S`), the start lead, and Kineto's file write."""
         with self._lock:
             interval = max(
                 [c.wait_interval(self.poll_interval_hint_s) for c in self._clients.values()],
                 default=self.poll_interval_hint_s,
             )
-        return daemon_window.accept_s(interval) + self.start_lead_s + daemon_window.KINETO_FINISH_S
+        return daemon_window.longest_accept_s(interval) + self.start_lead_s + daemon_window.KINETO_FINISH_S
 
     # ------------------------------------------------------------------ windows
 
@@ -263,7 +263,9 @@ class KinetoDaemonSource(Source):
 
         Each client gets its config as the reply to its next poll, so the window opens for about
         one poll interval; a client that starts polling during that time is served too. Each
-        ready client is waited for 1.5 of its own poll intervals + 1 s (at most `MAX_ACCEPT_S`).
+        ready client is waited for 1.5 of its own poll intervals + 1 s (at most `MAX_ACCEPT_S`),
+        counted again from each config the agent lost (answered too late or not sent), up to twice
+        that from opening.
         When no client is known, waits that long for one and returns [] if none comes. Blocks until
         every served client has delivered its file or given up: at most about one poll
         interval + `start_lead_s` + `window_s` + `timeout_s` (at least `KINETO_FINISH_S`).

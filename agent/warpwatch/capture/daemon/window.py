@@ -4,7 +4,8 @@ served a config, and what each client's part of the window came to.
 Each client that is ready when the window opens is waited for 1.5 of *its own* poll intervals
 + 1 s (`accept_s`), so a client that polls rarely, or a sender whose gaps are not an interval
 yet (`Client.wait_interval`), sets only its own wait; the window accepts until every such
-client is served or its wait is over.
+client is served or its wait is over. A config the agent lost (answered too late for Kineto, or
+not sent) is offered again at the client's next poll, its wait extended once (`Window.retry`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ default 5 s interval): a client that missed its poll is not waited for beyond th
 def accept_s(interval_s: float) -> float:
     """How long a window waits for a client polling every `interval_s` to collect its config."""
     return min(1.5 * interval_s + 1.0, MAX_ACCEPT_S)
+
+
+def longest_accept_s(interval_s: float) -> float:
+    """The most it waits for that client when the agent lost its configs (`Window.retry`):
+    twice `accept_s` from opening, `MAX_ACCEPT_S` at most."""
+    return min(2.0 * accept_s(interval_s), MAX_ACCEPT_S)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,8 @@ class Window:
     of `capture` and a stem swept for `ABANDONED_KEEP_S`, so a flood of fresh sender addresses
     during the accept period must not make them unbounded. The expected are always served."""
     newcomers: int = 0
+    lost: set[Address] = field(default_factory=set)
+    """Clients whose config the agent lost (`retry`)."""
 
     @classmethod
     def open(
@@ -104,6 +113,22 @@ class Window:
         self.offered += 1
         return f"warpwatch_{self.window_id}-{self.offered - 1}"
 
+    def retry(self, key: Address, now: float, interval_s: float) -> bool:
+        """The config served to `key` never reached it (the agent answered after Kineto's reply
+        deadline, or the send failed): its next poll is offered one again, and an expected client
+        is waited for `accept_s` of its interval from now (`longest_accept_s` from opening at most),
+        so that the agent's own stall does not cost the client its window. False when nothing was
+        served to `key`."""
+        if self.served.pop(key, None) is None:
+            return False
+        self.lost.add(key)
+        if key in self.expected:
+            pid, wait = self.expected[key]
+            wait = min(max(wait, now - self.opened + accept_s(interval_s)), longest_accept_s(interval_s))
+            self.expected[key] = (pid, wait)
+            self.accept_until = max(self.accept_until, self.opened + wait)
+        return True
+
     def settle(self, now: float) -> None:
         """Stop accepting once the longest wait is over, or every expected client is served or
         was waited for as long as its own interval asks."""
@@ -122,9 +147,12 @@ class Window:
         for key, (pid, wait) in self.expected.items():
             if key in self.served:
                 continue
-            reason = (
-                "was busy with another trace" if key in self.busy else "did not poll for it (process gone or hung?)"
-            )
+            if key in self.busy:
+                reason = "was busy with another trace"
+            elif key in self.lost:
+                reason = "did not get it: the agent's reply came too late for it or could not be sent (replies_dropped)"
+            else:
+                reason = "did not poll for it (process gone or hung?)"
             out.append(
                 CapturedWindow(
                     source,
