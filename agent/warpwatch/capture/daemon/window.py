@@ -5,7 +5,8 @@ Each client that is ready when the window opens is waited for 1.5 of *its own* p
 + 1 s (`accept_s`), so a client that polls rarely, or a sender whose gaps are not an interval
 yet (`Client.wait_interval`), sets only its own wait; the window accepts until every such
 client is served or its wait is over. A config the agent lost (answered too late for Kineto, or
-not sent) is offered again at the client's next poll, its wait extended once (`Window.retry`).
+not sent) is offered again at the client's next poll, and the client's wait counts again from
+the loss, up to twice its first wait (`Window.retry`, `longest_accept_s`).
 """
 
 from __future__ import annotations
