@@ -73,7 +73,8 @@ class Targets(http.server.BaseHTTPRequestHandler):
 
 
 def scrape_config(port: int, shard: int | None) -> str:
-    """One job over every pod (path /pod/N); `shard` keeps the pods whose hash mod 2 is it."""
+    """One job over every pod (path /pod/N, instance podN: an `up` series each); `shard` keeps the
+    pods whose hash mod 2 is it."""
     relabel = (
         ""
         if shard is None
@@ -85,7 +86,8 @@ def scrape_config(port: int, shard: int | None) -> str:
         )
     )
     jobs = "".join(
-        f"      - targets: ['127.0.0.1:{port}']\n        labels: {{__metrics_path__: /pod/{i}}}\n" for i in range(PODS)
+        f"      - targets: ['127.0.0.1:{port}']\n        labels: {{__metrics_path__: /pod/{i}, instance: pod{i}}}\n"
+        for i in range(PODS)
     )
     return (
         f"  scrape_interval: 2s\nscrape_configs:\n  - job_name: warpwatch\n    honor_labels: true\n"
@@ -134,7 +136,7 @@ def compare_tiers(tmp_path: Path, port: int) -> None:
         prometheus(tmp_path / "s1" / "data", scrape_config(port, 1), [files["pod"]]) as (s1, _),
         prometheus(tmp_path / "global" / "data", federate_config([s0, s1]), [files["fleet"]]) as (glob, _),
     ):
-        at = wait_for_full_ranges([single, glob])
+        at = wait_for_full_ranges([single, glob], [single, s0, s1, glob])
         pods = [
             len(query(u, "count by (pod) (warpwatch_gpu_observed_seconds_total)", at)["data"]["result"])
             for u in (s0, s1)
@@ -157,16 +159,28 @@ computed from pod records whose rate ranges held the raw series whole (a rate ov
 younger than its range reads low)."""
 
 
-def wait_for_full_ranges(urls: list[str]) -> float:
-    """Waits until each Prometheus's first fleet record is `FULL_AFTER_S` old; returns the moment
-    to query at."""
+CLEAN_S = FULL_AFTER_S + 10
+"""How far back a panel's answer reaches into the scrapes: its range, the records' rate range, and
+the fleet records' own (pod records over 10 s)."""
+
+
+def wait_for_full_ranges(urls: list[str], scrapers: list[str]) -> float:
+    """Waits until each Prometheus's first fleet record is `FULL_AFTER_S` old and every scrape of
+    the last `CLEAN_S` succeeded on each of `scrapers`; returns the moment to query at. A scrape
+    that failed (a loaded machine: the 2-s timeout passed, issue 38) ends its series for a moment
+    in one tier only, and the tiers then rightly differ: the comparison waits for a span where
+    every tier saw every scrape."""
     deadline = time.monotonic() + hang_guard(60)
     while True:
         at = time.time()
         firsts = [[float(r["values"][0][0]) for r in query(u, RECORDS, at)["data"]["result"]] or [at] for u in urls]
-        if all(max(f) <= at - FULL_AFTER_S for f in firsts):
+        ups = [
+            [float(r["value"][1]) for r in query(u, f"min_over_time(up[{CLEAN_S}s])", at)["data"]["result"]]
+            for u in scrapers
+        ]
+        if all(max(f) <= at - FULL_AFTER_S for f in firsts) and all(up and min(up) == 1 for up in ups):
             return at
-        assert time.monotonic() < deadline, firsts
+        assert time.monotonic() < deadline, (firsts, ups)
         time.sleep(2)
 
 
