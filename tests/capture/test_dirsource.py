@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from support.dirsource import ALEXNET, CONTROL, Clock, names, set_mtime
+from support.clock import Clock
+from support.dirsource import ALEXNET, CONTROL, names, set_mtime
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.dirsource import DirSource, is_trace_name, labels_for
 from warpwatch.capture.replay import ReplaySource

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from support.dirsource import ALEXNET, CONTROL, Clock, names, set_mtime
+from support.clock import Clock
+from support.dirsource import ALEXNET, CONTROL, names, set_mtime
 from support.fakenvml import FakeNvml
 from warpwatch.capture import Source
 from warpwatch.capture.dirsource import DirSource

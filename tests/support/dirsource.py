@@ -14,14 +14,6 @@ CONTROL = HTA / "trace_diff/control/control.json.gz"
 ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def names(windows: list[CapturedWindow]) -> list[str]:
     return [w.path.name for w in windows if w.path is not None]
 

@@ -23,11 +23,12 @@ ABANDONED_KEEP_S = 600.0
 class TraceFiles:
     """The files clients write into `trace_dir`, one stem per client and window."""
 
-    def __init__(self, trace_dir: Path, delete_processed: bool) -> None:
+    def __init__(self, trace_dir: Path, delete_processed: bool, clock: Callable[[], float] = time.monotonic) -> None:
         self.trace_dir = trace_dir
+        self._clock = clock
         self.delete_processed = delete_processed
         self._lock = threading.Lock()
-        self._abandoned: dict[str, float] = {}  # stem -> retry until (monotonic)
+        self._abandoned: dict[str, float] = {}  # stem -> retry until (on `clock`)
 
     def find(self, stem: str, pid: int) -> Path | None:
         """The window's file: any entry but a directory (links and FIFOs too, never followed or
@@ -52,11 +53,11 @@ class TraceFiles:
     def abandon(self, stem: str) -> None:
         """A late file from a slow or refused trace must not stay behind: delete it when it comes."""
         with self._lock:
-            self._abandoned[stem] = time.monotonic() + ABANDONED_KEEP_S
+            self._abandoned[stem] = self._clock() + ABANDONED_KEEP_S
 
     def sweep(self, everything: bool = False) -> None:
         """Delete files of abandoned windows; keep retrying for a while, as Kineto may be late."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             stems = set(self._abandoned)
             self._abandoned = {} if everything else {s: t for s, t in self._abandoned.items() if now < t}

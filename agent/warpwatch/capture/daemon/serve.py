@@ -12,6 +12,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class Responder:
         sock: DaemonSocket,
         clients: ClientRegistry,
         changed: threading.Condition,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.trace_dir = trace_dir
@@ -80,6 +82,7 @@ class Responder:
         self._clients = clients
         self._changed = changed
         self._lock = changed
+        self._clock = clock
         self.window: Window | None = None
         self.counters = Counters()
         self.clogged = False
@@ -181,7 +184,7 @@ class Responder:
         return True
 
     def _prune(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             gone = self._clients.prune(now, self.client_ttl_s)
         for client in gone:
@@ -234,7 +237,7 @@ class Responder:
     def _reply(self, reply: bytes, sender: Address, arrived: float, is_config: bool) -> None:
         # A reply the client no longer waits for would be read as the answer to its next
         # request, and every later one too: better no answer (`wire`, REPLY_DEADLINE_S).
-        if time.monotonic() - arrived > REPLY_DEADLINE_S:
+        if self._clock() - arrived > REPLY_DEADLINE_S:
             self.counters.replies_dropped["stale"] += 1
             limited_event(
                 log,
@@ -307,7 +310,7 @@ class Responder:
             self._clients.poll(client, arrived)
             client.pids, client.job_id, client.can_trace = req.pids, req.job_id, req.can_trace
             window = self.window
-            stem = None if window is None else window.offer(sender, req.can_trace, time.monotonic())
+            stem = None if window is None else window.offer(sender, req.can_trace, self._clock())
             if window is None or stem is None:
                 return encode_message("req")
             # The start time is fixed now, at sending, so the poll interval needs no slack.
@@ -320,7 +323,7 @@ class Responder:
                 log.error("%s: not sending an invalid config: %s", self.name, exc)
                 return encode_message("req")
             requested = (start_ms * 1000.0, (start_ms + window.duration_ms) * 1000.0)
-            window.served[sender] = Served(sender, req.pids[0], stem, requested, time.monotonic())
+            window.served[sender] = Served(sender, req.pids[0], stem, requested, self._clock())
             self.counters.configs_sent += 1
             self._changed.notify_all()
         return encode_message("req", config.encode("ascii"))
@@ -336,7 +339,7 @@ class Responder:
                 if client is None
                 else client.wait_interval(self._clients.default_interval_s)
             )
-            if window is not None and window.retry(sender, time.monotonic(), interval):
+            if window is not None and window.retry(sender, self._clock(), interval):
                 self.counters.configs_sent -= 1
 
     def _on_context(self, sender: Address, ctxt: Context, arrived: float) -> bytes:

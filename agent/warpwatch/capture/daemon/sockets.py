@@ -26,6 +26,7 @@ import stat
 import struct
 import termios
 import time
+from collections.abc import Callable
 
 from ...errors import CaptureError
 from .wire import ABSTRACT_ADDRESS, MAX_DATAGRAM, SOCKET_DIR_ENV, Address, daemon_path
@@ -39,7 +40,7 @@ _MAX_QUEUE_AGE_S = 60.0
 
 Received = tuple[bytes, int, Address | None, float]
 """A datagram as `DaemonSocket.receive` returns it: (data, flags, sender, arrival as a
-`time.monotonic()` time)."""
+time on the socket's clock, `time.monotonic` unless a test gives another)."""
 
 
 class DaemonSocket:
@@ -49,8 +50,10 @@ class DaemonSocket:
     which is what `reply_is_safe` compares with each client's.
     """
 
-    def __init__(self, socket_dir: str, source_name: str) -> None:
+    def __init__(self, socket_dir: str, source_name: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.socket_dir = socket_dir
+        self.clock = clock
+        """The clock arrival times are given on."""
         self.source_name = source_name
         self.own: Address = daemon_path(socket_dir) if socket_dir else ABSTRACT_ADDRESS
         self.sock: socket.socket | None = None
@@ -129,7 +132,7 @@ class DaemonSocket:
     def receive(self) -> Received | None:
         """One queued datagram, or None when none is queued. Raises OSError for other receive errors."""
         assert self.sock is not None
-        return _receive(self.sock)
+        return _receive(self.sock, self.clock)
 
     def send(self, data: bytes, peer: Address) -> OSError | None:
         """Send without blocking; the error instead of raising it (EAGAIN: the peer's queue or our
@@ -172,7 +175,7 @@ class DaemonSocket:
                 self.bind()
             with contextlib.suppress(OSError):
                 old.shutdown(socket.SHUT_RD)  # sends to it fail from now on (EPIPE) instead of queueing
-            queued = _drain(old)
+            queued = _drain(old, self.clock)
         finally:
             old.close()
         if self.sock is None:
@@ -195,13 +198,13 @@ class DaemonSocket:
             self._bound_inode = None
 
 
-def _receive(sock: socket.socket) -> Received | None:
+def _receive(sock: socket.socket, clock: Callable[[], float]) -> Received | None:
     """One datagram queued on `sock` with its arrival time from the kernel's timestamp, or None."""
     try:
         data, ancillary, flags, sender = sock.recvmsg(MAX_DATAGRAM, _ANCILLARY, socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
         return None
-    now, wall = time.monotonic(), time.time()
+    now, wall = clock(), time.time()
     queued = 0.0
     for level, kind, value in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
@@ -211,13 +214,13 @@ def _receive(sock: socket.socket) -> Received | None:
     return data, flags, sender, now - queued
 
 
-def _drain(sock: socket.socket) -> list[Received]:
+def _drain(sock: socket.socket, clock: Callable[[], float]) -> list[Received]:
     """Every datagram queued on `sock`, which no longer receives new ones; a receive error ends
     the list (what is left cannot be read)."""
     queued: list[Received] = []
     while True:
         try:
-            got = _receive(sock)
+            got = _receive(sock, clock)
         except OSError:
             return queued
         if got is None:

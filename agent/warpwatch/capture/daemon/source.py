@@ -10,6 +10,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import CaptureError, ConfigError
@@ -74,6 +75,8 @@ class KinetoDaemonSource(Source):
         delete_processed: delete each trace file once the window is done (the agent owns them).
         max_clients: clients remembered at once (`clients` says who makes room).
         name: the spec as the user wrote it, for logs and metrics.
+        clock: the monotonic clock that datagrams' arrivals, windows and every wait of the
+            source are timed on (`time.monotonic`; a test gives one that moves as it plans).
     """
 
     def __init__(
@@ -87,8 +90,10 @@ class KinetoDaemonSource(Source):
         delete_processed: bool = True,
         max_clients: int = MAX_CLIENTS,
         name: str = "kineto-daemon",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
+        self._clock = clock
         self.trace_dir = validate_trace_dir(Path(trace_dir))
         if socket_dir is None:
             socket_dir = os.environ.get(SOCKET_DIR_ENV) or ""
@@ -110,14 +115,14 @@ class KinetoDaemonSource(Source):
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._clients = ClientRegistry(poll_interval_hint_s, max_clients)
-        self._files = TraceFiles(self.trace_dir, delete_processed)
+        self._files = TraceFiles(self.trace_dir, delete_processed, clock)
         self._window_seq = 0
         self._stop_seconds: list[float] = []
         self._exit_watch: dict[Address, float] = {}
         """Clients whose window ended without their trace, with when it was given up: each is counted
         in `exits_in_window` once it is seen silent since (gone), or forgotten once it polls again."""
         self._exits_in_window = 0
-        self._socket = DaemonSocket(socket_dir, name)
+        self._socket = DaemonSocket(socket_dir, name, clock)
         self._responder = Responder(
             name,
             self.trace_dir,
@@ -127,6 +132,7 @@ class KinetoDaemonSource(Source):
             self._socket,
             self._clients,
             self._changed,
+            clock,
         )
         self._counters = self._responder.counters
         self._wake_r: socket.socket | None = None
@@ -203,7 +209,7 @@ class KinetoDaemonSource(Source):
         """Clients now, clients seen, what was dropped or evicted by reason (exported as metrics)."""
         c = self._counters
         with self._lock:
-            self._watch_exits(time.monotonic())
+            self._watch_exits(self._clock())
             return SourceStats(
                 clients=len(self._clients),
                 clients_seen=self._clients.seen,
@@ -281,7 +287,7 @@ class KinetoDaemonSource(Source):
             return [self._restart(broken)]
         self._files.sweep()
         with self._lock:
-            self._watch_exits(time.monotonic())
+            self._watch_exits(self._clock())
             self._window_seq += 1
             window = Window.open(
                 f"{int(time.time() * 1000)}-{self._window_seq}",
@@ -289,7 +295,7 @@ class KinetoDaemonSource(Source):
                 self._clients.values(),
                 self.poll_interval_hint_s,
                 timeout_s,
-                time.monotonic(),
+                self._clock(),
                 max_newcomers=self._clients.max_clients,
             )
             self._responder.window = window
@@ -315,7 +321,7 @@ class KinetoDaemonSource(Source):
         while True:
             with self._changed:
                 self._changed.wait(timeout=0.1)
-            now = time.monotonic()
+            now = self._clock()
             with self._lock:
                 window.settle(now)
                 served = list(window.served.values())

@@ -118,11 +118,13 @@ class Window:
         """The config served to `key` never reached it (the agent answered after Kineto's reply
         deadline, or the send failed): its next poll is offered one again, and an expected client
         is waited for `accept_s` of its interval from now (`longest_accept_s` from opening at most),
-        so that the agent's own stall does not cost the client its window. False when nothing was
-        served to `key`."""
+        so that the agent's own stall does not cost the client its window. The window accepts
+        again (`settle` may have stopped it on seeing every client served while the reply was on
+        its way) until `settle` says otherwise. False when nothing was served to `key`."""
         if self.served.pop(key, None) is None:
             return False
         self.lost.add(key)
+        self.accepting = True
         if key in self.expected:
             pid, wait = self.expected[key]
             wait = min(max(wait, now - self.opened + accept_s(interval_s)), longest_accept_s(interval_s))
