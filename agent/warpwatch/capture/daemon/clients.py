@@ -38,8 +38,9 @@ class DaemonClient:
     """A snapshot of one registered Kineto client (one traced process).
 
     `address` is printable (abstract names start with "@"); times are seconds on the source's
-    clock (`time.monotonic()`); `poll_interval_s` is the median of the last `POLL_GAPS` gaps between two polls,
-    clamped to [`MIN_POLL_INTERVAL_S`, `MAX_POLL_INTERVAL_S`] (None before a second poll).
+    clock (`time.monotonic()`); `poll_interval_s` is the median of the last `POLL_GAPS` gaps
+    between two polls, clamped to [`MIN_POLL_INTERVAL_S`, `MAX_POLL_INTERVAL_S`] (None before a
+    second poll).
     """
 
     address: str
