@@ -213,6 +213,25 @@ class LaunchMetrics:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchResources:
+    """What the code decides of a launch (spec "Per kernel launch"): threads per block, registers per
+    thread and shared memory per block (bytes), as the trace writes them. With the device they set the
+    theoretical occupancy; the grid (the load) does not enter."""
+
+    block_size: int
+    registers_per_thread: int | None
+    shared_memory: int | None
+
+
+def launch_resources(launch: KernelLaunch) -> LaunchResources | None:
+    """The launch's resources; None without a block (no launch configuration in the trace)."""
+    if launch.block is None:
+        return None
+    x, y, z = launch.block
+    return LaunchResources(x * y * z, launch.registers_per_thread, launch.shared_memory)
+
+
+@dataclass(frozen=True, slots=True)
 class KernelStats:
     """Per (device, kernel) statistics of one window, sampling-corrected (spec).
 
@@ -248,6 +267,9 @@ class KernelStats:
     """Σh, where the bound changed `launches`; None: equal."""
     reported_warps_per_sm: float | None = None
     """Duration-weighted mean of the profiler's own finite `warps per SM` (beside `warps_per_sm`)."""
+    main_resources: LaunchResources | None = None
+    """The launch resources of the kernel's launches with the most corrected GPU time (what
+    `warpwatch_kernel_launch_info` exports): a change of these is a change of the code."""
 
     @property
     def bounded(self) -> bool:

@@ -8,7 +8,16 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 
-from ..model import ARTIFACT_KINDS, DeviceProperties, DeviceStats, KernelStats, LaunchMetrics, TraceWindow
+from ..model import (
+    ARTIFACT_KINDS,
+    DeviceProperties,
+    DeviceStats,
+    KernelStats,
+    LaunchMetrics,
+    LaunchResources,
+    TraceWindow,
+    launch_resources,
+)
 from .windowbounds import DeviceBounds, clamp, project_excess
 from .windowmath import MAX_OVERLAP, Group, busy_time
 
@@ -45,6 +54,7 @@ class KernelAcc:
         "observed",
         "reported",
         "reported_min",
+        "resources",
         "sum_h",
         "sums",
     )
@@ -61,6 +71,7 @@ class KernelAcc:
         self.reported_min: float | None = None
         self.limiters: dict[str, float] = defaultdict(float)
         self.artifacts: dict[str, int] = defaultdict(int)
+        self.resources: dict[LaunchResources, float] = defaultdict(float)
 
     def add(self, lm: LaunchMetrics, g: Group, totals: dict[str, int]) -> None:
         """The `g.n` launches of group `g`, which share `lm`'s metrics."""
@@ -93,6 +104,14 @@ class KernelAcc:
         if lm.limiting_factors:
             for factor in lm.limiting_factors:
                 self.limiters[factor] += g.sum_lim
+        if (res := launch_resources(lm.launch)) is not None:
+            self.resources[res] += g.sum_lim
+
+    def main_resources(self) -> LaunchResources | None:
+        """The resources with the most corrected time (ties: the smallest, for a stable answer)."""
+        if not self.resources:
+            return None
+        return max(sorted(self.resources, key=_resources_key), key=lambda r: self.resources[r])
 
 
 def kernel_stats(device: int, name: str, acc: KernelAcc, w_us: float) -> KernelStats:
@@ -121,7 +140,12 @@ def kernel_stats(device: int, name: str, acc: KernelAcc, w_us: float) -> KernelS
         observed_gpu_time=acc.observed,
         observed_time_share=acc.observed / w_us if w_us > 0 else None,
         reported_warps_per_sm=acc.reported[0] / acc.reported[1] if acc.reported[1] > 0 else None,
+        main_resources=acc.main_resources(),
     )
+
+
+def _resources_key(r: LaunchResources) -> tuple[int, int, int]:
+    return (r.block_size, r.registers_per_thread or 0, r.shared_memory or 0)
 
 
 def bound_kernels(kernels: list[KernelStats], accs: list[KernelAcc], b: DeviceBounds, w_us: float) -> list[KernelStats]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import ARTIFACT_KINDS, DeviceStats, KernelStats, LaunchMetrics, Trace, WindowAnalysis
+from ..model import ARTIFACT_KINDS, DeviceStats, KernelStats, LaunchMetrics, LaunchResources, Trace, WindowAnalysis
 from ..names.labels import KernelNamer
 from .table_cells import AMD, NVIDIA
 
@@ -113,5 +113,17 @@ def _kernel_dict(k: KernelStats, namer: KernelNamer) -> dict[str, Any]:
         "estimated_occupancy": k.estimated_occupancy,
         "waves_per_sm": k.waves_per_sm,
         "main_limiter": k.main_limiter,
+        "launch_resources": _resources(k.main_resources),
         "artifacts": dict(k.artifacts),
+    }
+
+
+def _resources(r: LaunchResources | None) -> dict[str, int | None] | None:
+    """The launch resources of the kernel's main configuration (what the code decides)."""
+    if r is None:
+        return None
+    return {
+        "block_size": r.block_size,
+        "registers_per_thread": r.registers_per_thread,
+        "shared_memory_bytes": r.shared_memory,
     }

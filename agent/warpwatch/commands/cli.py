@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import WarpwatchError
 
-COMMANDS = {"analyze": ".analyze", "fix": ".fix", "run": ".run", "evidence": ".evidence", "dashboards": "..dashboards"}
+COMMANDS = {
+    "analyze": ".analyze",
+    "diff": ".diff",
+    "fix": ".fix",
+    "run": ".run",
+    "evidence": ".evidence",
+    "dashboards": "..dashboards",
+}
 """Each subcommand and the module that registers it. Only the module of the command asked for is
 imported (`run` brings aiohttp and prometheus_client, `dashboards` grafanalib: `warpwatch analyze`
 starts in a fifth of the time); help, or no known command, imports them all."""

@@ -1,14 +1,21 @@
 """`warpwatch evidence pull URL [--since 1h] [-o DIR]`: copy an agent's kept traces (`/evidence`) into a
 folder, as they are kept (`ID.trace.json.gz`, and the JSON beside it as `ID.meta.json`), ready for
-`warpwatch analyze`, HTA or Perfetto. A port-forward to the agent is enough."""
+`warpwatch analyze`, HTA or Perfetto. A port-forward to the agent is enough.
+
+`warpwatch evidence diff SOURCE [--since 1d]`: what changed per kernel between the newest window kept
+as degraded and the newest baseline kept before it, from an agent or a pulled folder
+(`evidence_diff`), as `warpwatch diff` says it."""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
+import math
 import ssl
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -17,9 +24,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..analysis.kerneldiff import diff_traces
 from ..errors import WarpwatchError
 from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
 from ..units import parse_duration
+from .diff import add_output_flags, read_side, write_diff
+from .evidence_diff import heading, is_url, kept_in_folder, parse_since, pick_pair, summary
 
 TIMEOUT_S = 60.0
 
@@ -48,6 +58,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pull.add_argument("-o", "--output", default=".", metavar="DIR", help="folder to write to (default: here)")
     pull.add_argument("--ca-file", metavar="FILE", help="CA certificate that signed the agent's TLS certificate")
     pull.set_defaults(func=run_pull)
+    _register_diff(verbs)
+
+
+def _register_diff(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    diff = verbs.add_parser(
+        "diff",
+        help="what changed per kernel between the newest degraded window and the baseline kept before it",
+        description="Compare the newest window an agent kept as degraded with the newest baseline window "
+        "kept before it (baseline = A, degraded = B), kernel by kernel, as `warpwatch diff` does.",
+    )
+    diff.add_argument(
+        "source", metavar="SOURCE", help="the agent, e.g. http://localhost:9946, or a folder `evidence pull` wrote"
+    )
+    diff.add_argument(
+        "--since",
+        default="1d",
+        metavar="DURATION",
+        help="the degraded window kept within this long before now, e.g. 2h, 1d (default 1d); "
+        "its baseline may be older",
+    )
+    diff.add_argument("--ca-file", metavar="FILE", help="CA certificate that signed the agent's TLS certificate")
+    add_output_flags(diff)
+    diff.set_defaults(func=run_evidence_diff)
 
 
 def run_pull(args: argparse.Namespace) -> int:
@@ -71,6 +104,43 @@ def run_pull(args: argparse.Namespace) -> int:
         print(f"{trace}\t{meta.get('reason')}\tgpus={','.join(map(str, meta.get('gpus') or []))}")
     print(f"{len(chosen)} of {len(listed)} kept windows within {args.since} in {out}", file=sys.stderr)
     return 0
+
+
+def run_evidence_diff(args: argparse.Namespace) -> int:
+    after = time.time() - parse_since(args.since)
+    if not is_url(args.source):
+        folder = Path(args.source)
+        baseline, degraded = pick_pair(kept_in_folder(folder), after, args.source)
+        paths = [folder / (m["id"] + TRACE_SUFFIX) for m in (baseline, degraded)]
+        _write_evidence_diff(args, args.source, (baseline, degraded), paths, [str(p) for p in paths])
+        return 0
+    agent = Agent(args.source, args.ca_file)
+    baseline, degraded = pick_pair(select(agent.get_json("/evidence"), -math.inf), after, agent.base)
+    with tempfile.TemporaryDirectory(prefix="warpwatch-evidence-") as tmp:
+        paths = []
+        for meta in (baseline, degraded):
+            paths.append(Path(tmp) / (meta["id"] + TRACE_SUFFIX))
+            paths[-1].write_bytes(agent.get(f"/evidence/{meta['id']}"))
+        names = [f"{agent.base}/evidence/{m['id']}" for m in (baseline, degraded)]
+        _write_evidence_diff(args, agent.base, (baseline, degraded), paths, names)
+    return 0
+
+
+def _write_evidence_diff(
+    args: argparse.Namespace,
+    source: str,
+    pair: tuple[dict[str, Any], dict[str, Any]],
+    paths: list[Path],
+    names: list[str],
+) -> None:
+    """Read the (baseline, degraded) traces, diff them and print it, each side named by `names` (not a
+    temporary file); `source`: the folder, or the agent without its credentials."""
+    diff = diff_traces(read_side(str(paths[0])), read_side(str(paths[1])))
+    diff = dataclasses.replace(
+        diff, a=dataclasses.replace(diff.a, path=names[0]), b=dataclasses.replace(diff.b, path=names[1])
+    )
+    extra = {"source": source, "baseline": summary(pair[0]), "degraded": summary(pair[1])}
+    write_diff(sys.stdout, diff, args, heading(*pair), extra)
 
 
 def select(listed: Iterable[Any], after: float) -> list[dict[str, Any]]:

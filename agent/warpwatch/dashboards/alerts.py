@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..export import metricdefs as md
 from . import queries as q
-from .alerts_gpu import degraded_thresholds, gpu_degraded
+from .alerts_occupancy import GROUP_OCCUPANCY, deployment_regressed, kernel_regressed, launch_changed
 from .alerts_overhead import slows_serving
 from .runbook import AlertDef, Runbook, Severity
 from .settings import (
@@ -24,43 +24,18 @@ from .settings import (
 __all__ = ["AlertDef", "Runbook", "Severity", "alerts"]
 
 GROUP_PROFILER = "warpwatch-profiler"
-GROUP_OCCUPANCY = "warpwatch-occupancy"
 GROUP_COVERAGE = "warpwatch-coverage"
 GROUP_AGENT = "warpwatch-agent"
 GROUPS: tuple[str, ...] = (GROUP_PROFILER, GROUP_OCCUPANCY, GROUP_COVERAGE, GROUP_AGENT)
 
 
-def _sel(s: Settings) -> q.Sel:
-    def sel(metric: md.MetricDef) -> str:
-        return alert_series(s, metric)
-
-    return sel
-
-
-def _degraded_branch(s: Settings, field: str, level: q.Level) -> str:
-    """A mean `field` over the last `degraded_window` against its mean over the baseline window,
-    both ratios of recorded rates of sums, averaged over the window (the mean of a rate over a range
-    is the rate over that range; a mean of per-window means would weight short windows like long
-    ones). `level` is `fleet_kernel` (per deployment and kernel) or `pod_gpu` (per GPU: the GPU's
-    occupancy, Σ over its kernels, per observed second)."""
-    num = q.record_series(s, q.MEAN_COUNTERS[field], level)
-    den = q.record_series(s, md.KERNEL_SECONDS if level == "fleet_kernel" else md.GPU_OBSERVED_SECONDS, level)
-    base = f"[{s.degraded_baseline_window}] offset {s.degraded_baseline_offset}"
-    now = f"avg_over_time({num}[{s.degraded_window}]) / avg_over_time({den}[{s.degraded_window}])"
-    baseline = f"(avg_over_time({num}{base}) / avg_over_time({den}{base}))"
-    return (
-        f"(\n    ({now})\n      / {baseline}\n    < {s.degraded_ratio}\n"
-        f"  and\n    count_over_time({den}{base}) >= {s.degraded_min_samples}\n  )"
-    )
-
-
 INHIBITIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("WarpwatchGpuOccupancyDegraded", "WarpwatchKernelOccupancyDegraded", ("namespace", "deployment")),
+    ("WarpwatchOccupancyRegressed", "WarpwatchKernelOccupancyRegressed", ("namespace", "deployment")),
     ("WarpwatchWindowTooShort", "WarpwatchOccupancyDisagreesWithNvml", ("namespace", "pod", "gpu")),
     ("WarpwatchNoRecentWindow", "WarpwatchWindowsFailing", ("namespace", "pod")),
 )
 """(source, target, equal labels): while the source fires, Alertmanager holds back the target with
-the same labels (one cause implies the other: a degraded GPU degrades its kernels; kernels longer
+the same labels (one cause implies the other: a build-wide regression regresses its kernels; kernels longer
 than the window make the estimate disagree with NVML; an agent that finishes no window fails them).
 `rules.alertmanager_config` renders them."""
 NOTIFY_GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "deployment")
@@ -72,13 +47,6 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
     artifact_matcher = 'artifact=~"' + "|".join(ALERTED_ARTIFACTS) + '"'
     windows = alert_series(s, md.WINDOWS)
     failing = alert_series(s, md.WINDOWS, FAILING_MATCHER)
-    pct_share = f"{s.degraded_min_time_share:.0%}"
-    on = ", ".join(s.fleet)
-    share_now = (
-        f"avg_over_time({q.record_series(s, md.KERNEL_SECONDS, 'fleet_kernel')}[{s.degraded_window}])"
-        f"\n    / on ({on}) group_left\n    "
-        f"avg_over_time({q.record_series(s, md.GPU_OBSERVED_SECONDS, 'fleet')}[{s.degraded_window}])"
-    )
     gpu_observed = q.record_series(s, md.GPU_OBSERVED_SECONDS, "pod_gpu")
     occupancy = (
         f"avg_over_time({q.record_series(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, 'pod_gpu')}"
@@ -137,60 +105,9 @@ def alerts(s: Settings = DEFAULT_SETTINGS) -> tuple[AlertDef, ...]:
                 ),
             ),
         ),
-        AlertDef(
-            name="WarpwatchKernelOccupancyDegraded",
-            group=GROUP_OCCUPANCY,
-            expr=(
-                "(\n  "
-                + _degraded_branch(s, "estimated_occupancy", "fleet_kernel")
-                + "\n  or\n  "
-                + _degraded_branch(s, "resident_warps_per_sm", "fleet_kernel")
-                + f"\n)\nand\n  (\n    {share_now}\n  ) > {s.degraded_min_time_share}"
-            ),
-            for_=s.degraded_kernel_for,
-            severity="warning",
-            summary="{{ $labels.kernel }} in {{ $labels.namespace }}/{{ $labels.deployment }} runs at "
-            '{{ printf "%.2f" $value }}x its usual occupancy',
-            description=(
-                "Mean estimated occupancy (resident warps per SM where occupancy is unknown) of "
-                f"{{{{ $labels.kernel }}}} over every GPU of {{{{ $labels.namespace }}}}/{{{{ $labels.deployment }}}} "
-                f"over the last {s.degraded_window} is "
-                '{{ printf "%.2f" $value }} times its '
-                f"mean over the {s.degraded_baseline_window} ending {s.degraded_baseline_offset} ago "
-                f"(bound {s.degraded_ratio}), and the kernel still takes more than {pct_share} of the "
-                "deployment's GPU time. One alert per deployment and kernel; held back while "
-                "WarpwatchGpuOccupancyDegraded fires in the same deployment (a faulty GPU degrades all its "
-                "kernels)."
-            ),
-            thresholds=(*degraded_thresholds(s), ("inhibit_margin", s.inhibit_margin)),
-            runbook=Runbook(
-                meaning="A kernel that matters (a meaningful share of GPU time) keeps fewer warps "
-                "resident on each SM than it did over the previous day: fewer blocks fit per SM "
-                "(more registers or shared memory per block), the grid got smaller than the GPU "
-                "(a partial last wave), or the block size changed.",
-                impact="Lower latency hiding for that kernel; usually slower steps. Not always a "
-                "regression: a deliberate change in shapes or batch size has the same signature.",
-                diagnosis=(
-                    "On the *Kernels* dashboard pick the kernel: compare *Estimated vs theoretical "
-                    "occupancy*. Theoretical fell too: registers/shared memory per block changed "
-                    "(new compiler, Triton autotune choice, library upgrade).",
-                    "Theoretical unchanged but waves per SM fell below 1: the grid no longer fills "
-                    "the GPU (smaller batch, more tensor-parallel ranks).",
-                    "Check what was deployed around the time the drop started.",
-                    "Open the traces: the alert's `evidence` annotation pulls what every pod of the "
-                    "deployment kept since the drop began (`warpwatch evidence pull`, one folder per "
-                    "pod); the windows kept as `degraded` name this kernel in their JSON's `degraded` "
-                    "list, and `warpwatch analyze` shows their launch configurations.",
-                ),
-                mitigation=(
-                    "Roll back or pin the change that altered the launch configuration; retune "
-                    "block sizes or autotune configs.",
-                    "If the new level is intended, the alert clears once the baseline window "
-                    f"({s.degraded_baseline_window}) has absorbed it.",
-                ),
-            ),
-        ),
-        gpu_degraded(s, _degraded_branch(s, "estimated_occupancy", "pod_gpu")),
+        kernel_regressed(s),
+        deployment_regressed(s),
+        launch_changed(s),
         AlertDef(
             name="WarpwatchOccupancyDisagreesWithNvml",
             group=GROUP_OCCUPANCY,

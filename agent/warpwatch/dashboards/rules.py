@@ -110,7 +110,7 @@ def _annotations(alert: AlertDef, s: Settings) -> dict[str, str]:
     elif DEPLOYMENT_LABEL in text:
         # the drop began at least its `for` plus the window the degraded alerts average over ago
         since = format_duration(duration_seconds(alert.for_) + duration_seconds(s.degraded_window))
-        out["evidence"] = deployment_evidence(s, since)
+        out["evidence"] = deployment_evidence(s, since, alert.evidence_verb)
     return out
 
 
@@ -119,11 +119,18 @@ NAMESPACE_LABEL = "{{ $labels.namespace }}"
 DEPLOYMENT_LABEL = "{{ $labels.deployment }}"
 
 
-def deployment_evidence(s: Settings, since: str) -> str:
-    """A shell loop over the deployment's pods (by `deployment_pod_label`), pulling each one's kept
-    traces of the last `since` into a folder named after it, through `kubectl proxy` by default."""
+def deployment_evidence(s: Settings, since: str, verb: str = "pull") -> str:
+    """A shell loop over the deployment's pods (by `deployment_pod_label`), through `kubectl proxy` by
+    default: `pull` copies each one's kept traces of the last `since` into a folder named after it;
+    `diff` prints, per pod, what changed between its last baseline window and the window it kept for
+    the drop (`warpwatch evidence diff`)."""
     pods = f"kubectl -n {NAMESPACE_LABEL} get pods -l {s.deployment_pod_label}={DEPLOYMENT_LABEL} -o name"
     agent = s.evidence_agent(NAMESPACE_LABEL, "$p")
+    if verb == "diff":
+        return (
+            f'for p in $({pods} | cut -d/ -f2); do echo "== $p"; warpwatch evidence diff {agent} --since {since}; '
+            "done  # per pod: what changed between its last baseline window and the window kept for the drop"
+        )
     return (
         f"for p in $({pods} | cut -d/ -f2); do warpwatch evidence pull {agent} --since {since} -o evidence/$p; "
         "done  # each pod's agent kept its own traces; `warpwatch analyze evidence/POD/ID.trace.json.gz`"

@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigError
 from ..export import metricdefs as md
 from ..model import ARTIFACT_KINDS
 from . import queries as q
@@ -32,6 +31,7 @@ from .ruletests_inputs import (
     ramp,
     selector_labels,
 )
+from .ruletests_occupancy import deployment_scenarios, kernel_scenarios, launch_scenarios
 from .ruletests_overhead import overhead_recording_test, slows_serving_scenarios
 from .ruletests_recording import recording_test
 from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration
@@ -66,116 +66,6 @@ def _artifact_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
         Scenario(
             "near miss: alerted kinds flat, non-alerted kinds increasing",
             inputs(ALERTED_ARTIFACTS, gauge((7, t + 1))) + inputs(quiet_kinds, counter(0, per_min, t + 1)),
-            t,
-        ),
-    ]
-
-
-def _degraded_scenarios(s: Settings, alert: AlertDef, *, per_gpu: bool = False) -> list[Scenario]:
-    """Counters of one kernel: 6 s of kernel time per minute (0.1 of the 60 s observed), its
-    Σh·d·x growing at x times that; x drops by a factor at `drop_at`. The alert reads the recorded
-    rates (both tiers run in the test); it fires per deployment and kernel, or with `per_gpu`
-    (WarpwatchGpuOccupancyDegraded) per GPU."""
-    baseline_min = minutes(s.degraded_baseline_window)
-    offset_min = minutes(s.degraded_baseline_offset)
-    now_min = minutes(s.degraded_window)
-    hold = minutes(alert.for_)
-    drop_at = baseline_min
-    t = drop_at + now_min + hold + 5
-    if t - offset_min >= drop_at:
-        raise ConfigError(
-            f"degraded_window {s.degraded_window} + the alert's for {alert.for_} must be at least 5m "
-            f"shorter than degraded_baseline_offset {s.degraded_baseline_offset}: otherwise the drop enters "
-            "its own baseline before it fires"
-        )
-    gpu = {**selector_labels(s), **AGENT, **SCRAPE, "gpu": "0"}
-    labels = {**gpu, "kernel": "flash_attn_fwd"}
-    fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
-    gpu_fired = {k: v for k, v in {**AGENT, "gpu": "0"}.items() if k in q.pod_gpu_labels(s)}
-    fired = gpu_fired if per_gpu else {**fleet, "kernel": "flash_attn_fwd"}
-    occ, warps = 0.6, 38.4
-    low = math.floor(s.degraded_ratio * 80) / 100  # well below the bound, away from rounding ties
-    near = round((s.degraded_ratio + 1) / 2, 2)  # a drop, but above the bound
-    kernel_per_min = 60 * min(1.0, s.degraded_min_time_share * 2)
-    quiet_per_min = 60 * s.degraded_min_time_share / 2
-    n = t + 1
-
-    def seconds(per_min: float, missing: int = 0) -> tuple[str, str]:
-        return (input_series(md.KERNEL_SECONDS, labels), ramp((per_min, n - 1 - missing), missing=missing))
-
-    def dropping(
-        metric: md.MetricDef, level: float, factor: float, per_min: float = kernel_per_min, missing: int = 0
-    ) -> tuple[str, str]:
-        before = drop_at - missing
-        return (
-            input_series(metric, labels),
-            ramp((level * per_min, before - 1), (level * factor * per_min, n - drop_at), missing=missing),
-        )
-
-    observed = (input_series(md.GPU_OBSERVED_SECONDS, gpu), ramp((60, n - 1)))
-    est, res = md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, md.KERNEL_RESIDENT_WARPS_PER_SM_SECONDS
-    # Baseline of N-1 recorded samples: the series start late enough that its window holds one
-    # too few (a recorded rate exists from the raw series' second sample).
-    start = t - offset_min - s.degraded_min_samples + 1
-    if not 0 < start < drop_at:
-        raise ConfigError(f"degraded_min_samples {s.degraded_min_samples} does not fit the baseline window")
-    busy = (input_series(md.GPU_BUSY_SECONDS, gpu), ramp((60 * min(1.0, s.degraded_min_time_share * 2), n - 1)))
-    quiet_busy = (input_series(md.GPU_BUSY_SECONDS, gpu), ramp((quiet_per_min, n - 1)))
-    if per_gpu:
-        return [
-            Scenario(
-                "the GPU's occupancy drops: one alert for the GPU, value = now / baseline",
-                (dropping(est, occ, low), seconds(kernel_per_min), observed, busy),
-                t,
-                (Firing(fired, low),),
-            ),
-            Scenario(
-                "near miss: a drop that stays above the bound",
-                (dropping(est, occ, near), seconds(kernel_per_min), observed, busy),
-                t,
-            ),
-            Scenario(
-                "near miss: the GPU is busy too little",
-                (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed, quiet_busy),
-                t,
-            ),
-            Scenario(
-                "near miss: one sample too few in the baseline",
-                (
-                    dropping(est, occ, low, missing=start),
-                    seconds(kernel_per_min, missing=start),
-                    (observed[0], ramp((60, n - 1 - start), missing=start)),
-                    busy,
-                ),
-                t,
-            ),
-        ]
-    return [
-        Scenario(
-            "occupancy and resident warps both drop: one alert per deployment and kernel, value = now / baseline",
-            (dropping(est, occ, low), dropping(res, warps, low), seconds(kernel_per_min), observed),
-            t,
-            (Firing(fired, low),),
-        ),
-        Scenario(
-            "resident warps drop where occupancy is unknown",
-            (dropping(res, warps, low), seconds(kernel_per_min), observed),
-            t,
-            (Firing(fired, low),),
-        ),
-        Scenario(
-            "near miss: a drop that stays above the bound",
-            (dropping(est, occ, near), seconds(kernel_per_min), observed),
-            t,
-        ),
-        Scenario(
-            "near miss: the kernel takes too little time",
-            (dropping(est, occ, low, quiet_per_min), seconds(quiet_per_min), observed),
-            t,
-        ),
-        Scenario(
-            "near miss: one sample too few in the baseline",
-            (dropping(est, occ, low, missing=start), seconds(kernel_per_min, missing=start), observed),
             t,
         ),
     ]
@@ -312,8 +202,9 @@ def _duty_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
 
 SCENARIOS: dict[str, Callable[[Settings, AlertDef], list[Scenario]]] = {
     "WarpwatchProfilerArtifacts": _artifact_scenarios,
-    "WarpwatchKernelOccupancyDegraded": _degraded_scenarios,
-    "WarpwatchGpuOccupancyDegraded": lambda s, a: _degraded_scenarios(s, a, per_gpu=True),
+    "WarpwatchKernelOccupancyRegressed": kernel_scenarios,
+    "WarpwatchOccupancyRegressed": deployment_scenarios,
+    "WarpwatchKernelLaunchChanged": launch_scenarios,
     "WarpwatchOccupancyDisagreesWithNvml": _nvml_scenarios,
     "WarpwatchWindowTooShort": _short_window_scenarios,
     "WarpwatchNoRecentWindow": _stale_scenarios,

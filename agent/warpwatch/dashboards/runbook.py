@@ -41,6 +41,9 @@ class AlertDef:
     runbook: Runbook
     thresholds: tuple[tuple[str, str], ...] = ()
     """(setting, value) pairs the runbook lists, so a reader sees the bounds in force."""
+    evidence_verb: Literal["pull", "diff"] = "pull"
+    """What the `evidence` annotation of an alert about a deployment runs on each pod's agent: `pull`
+    its kept traces, or `diff` the window kept for the drop against the last baseline window."""
 
     @property
     def slug(self) -> str:

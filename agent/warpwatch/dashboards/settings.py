@@ -103,6 +103,8 @@ class Settings:
     degraded_min_samples: int = 60
     """Scraped samples the baseline window must hold; a kernel seen briefly never alerts."""
     degraded_for: str = "30m"
+    launch_changed_for: str = "10m"
+    """`for` of WarpwatchKernelLaunchChanged (info): new launch resources held this long."""
     inhibit_margin: str = "5m"
     """How much longer an alert that an inhibition holds back (the per-deployment kernel alert) waits
     than its cause (the per-GPU alert): the cause reaches Alertmanager first, within group_wait."""
@@ -166,7 +168,7 @@ class Settings:
 
     @property
     def degraded_kernel_for(self) -> str:
-        """`for` of WarpwatchKernelOccupancyDegraded: `degraded_for` + `inhibit_margin`."""
+        """`for` of WarpwatchKernelOccupancyRegressed: `degraded_for` + `inhibit_margin`."""
         return format_duration(duration_seconds(self.degraded_for) + duration_seconds(self.inhibit_margin))
 
     @property

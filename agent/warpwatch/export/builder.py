@@ -44,7 +44,7 @@ from itertools import chain
 from .. import __version__
 from ..config import MAX_GPUS
 from ..logs import RepeatFilter, limited_event
-from ..model import FAULTS, OUTCOMES, DeviceStats, Fault, KernelStats, Outcome, WindowAnalysis
+from ..model import FAULTS, OUTCOMES, DeviceStats, Fault, KernelStats, LaunchResources, Outcome, WindowAnalysis
 from ..names.labels import KernelNamer, name_text
 from . import metricdefs as md
 from .gpustate import GpuState, KernelSeries
@@ -251,6 +251,9 @@ class SnapshotBuilder:
         entries = [(self.namer(k.name), k) for k in top]
         gauges: dict[md.MetricDef, list[Sample]] = defaultdict(list)
         gauges[md.KERNEL_INFO] = [((label, name, name_text(k.name)), 1.0) for name, k in entries]
+        gauges[md.KERNEL_LAUNCH_INFO] = [
+            ((label, name, *_resource_labels(r)), 1.0) for name, k in entries if (r := k.main_resources) is not None
+        ]
         if other is not None:
             entries.append((OTHER, other))
         for name, k in entries:
@@ -348,6 +351,12 @@ def _gpu_gauges(d: DeviceStats, sums: GpuSums) -> Iterable[tuple[md.MetricDef, f
         md.GPU_LOW_CONFIDENCE: d.low_confidence,
     }
     return [(m, float(v)) for m, v in values.items() if v is not None]
+
+
+def _resource_labels(r: LaunchResources) -> tuple[str, str, str]:
+    """The launch-info labels: unknown registers or shared memory (older traces) read as empty."""
+    regs, smem = r.registers_per_thread, r.shared_memory
+    return (str(r.block_size), "" if regs is None else str(regs), "" if smem is None else str(smem))
 
 
 def _gpu_sort_key(gpu: str) -> tuple[int, str]:

@@ -94,6 +94,7 @@ def combine_kernels(parts: Sequence[tuple[KernelStats, float]], *, device: int, 
         observed_time_share=_scaled_sum((k.observed_time_share, f) for k, f in parts),
         reported_warps_per_sm=_weighted_mean((k.reported_warps_per_sm, k.gpu_time) for k, _ in parts),
         main_limiter=heaviest.main_limiter,
+        main_resources=heaviest.main_resources,
         artifacts=dict(artifacts),
         weighted_sums={
             f: sum(k.weighted_sums.get(f, 0.0) for k, _ in parts)

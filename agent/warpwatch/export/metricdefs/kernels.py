@@ -77,6 +77,15 @@ KERNEL_INFO = MetricDef(
     "from a label to its kernel in one step.",
     ("gpu", "kernel", "name"),
 )
+KERNEL_LAUNCH_INFO = MetricDef(
+    "warpwatch_kernel_launch_info",
+    "gauge",
+    "What the code decides of each exported kernel's launches in the last window (value 1): threads per "
+    "block, registers per thread and shared memory per block (bytes) of its launches with the most GPU "
+    "time. With the device they set the theoretical occupancy; the grid (the load) does not enter. "
+    "A changed value is a changed build, library or autotune choice.",
+    ("gpu", "kernel", "block_size", "registers_per_thread", "shared_memory_bytes"),
+)
 KERNELS_FOLDED = MetricDef(
     "warpwatch_kernels_folded",
     "counter",
