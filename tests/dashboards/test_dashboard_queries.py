@@ -41,7 +41,7 @@ LAST_WINDOW_GAUGES = {
     and m.labels
     and m.labels[0] == "gpu"
     and not m.name.startswith("warpwatch_nvml_")
-    and m not in (md.GPU_INFO, md.KERNEL_INFO)
+    and m not in (md.GPU_INFO, md.KERNEL_INFO, md.KERNEL_LAUNCH_INFO)  # info: labels read over a range
 }
 """Per-window estimates: read only as "now" (or as a min / max over time, which a missing window
 cannot bias upwards / downwards... see test_gauges_are_read_only_as_now_or_as_extremes)."""

@@ -94,7 +94,9 @@ def firing_spans(series: list[dict[str, Any]], hold_s: float, step: float) -> di
 
 OLD_RULES = Path(__file__).parent / "data" / "occupancy-alerts-9098b5d.yaml"
 PANELS = {
-    "attention_estimated_occupancy": f'fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate5m{{kernel="{ATTN}"}}',
+    "attention_estimated_occupancy": (
+        f'fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate5m{{kernel="{ATTN}"}}'
+    ),
     "attention_theoretical_occupancy": (
         f'fleet_kernel:warpwatch_kernel_theoretical_occupancy_seconds_total:rate5m{{kernel="{ATTN}"}}\n'
         f'  / fleet_kernel:warpwatch_kernel_seconds_total:rate5m{{kernel="{ATTN}"}}'

@@ -136,28 +136,30 @@ def test_artifact_alert_covers_the_wrong_number_kinds_and_names_them() -> None:
     )
 
 
-def test_degraded_alert_compares_ratios_of_recorded_rates_per_deployment_and_kernel() -> None:
-    """Issue 24: it reads the fleet tier (a few series per deployment and kernel), never raw series,
-    and fires per (namespace, deployment, kernel): the mean of a recorded rate over a range is the
-    rate over that range, so the ratios are ratios of sums as before."""
-    expr = next(r["expr"] for r in prometheus_rules() if r["alert"] == "WarpwatchKernelOccupancyDegraded")
+def test_regression_alert_compares_theoretical_occupancy_of_recorded_rates_per_deployment_and_kernel() -> None:
+    """Issues 24 and 45: it reads the fleet tier (a few series per deployment and kernel), never raw
+    series, and fires per (namespace, deployment, kernel) on the theoretical occupancy (what the code
+    decides), never the estimated one or resident warps (what the load moves): the mean of a recorded
+    rate over a range is the rate over that range, so the ratios are ratios of sums."""
+    expr = next(r["expr"] for r in prometheus_rules() if r["alert"] == "WarpwatchKernelOccupancyRegressed")
     s = DEFAULT_SETTINGS
     window = f"[{s.degraded_baseline_window}] offset {s.degraded_baseline_offset}"
-    seconds = "fleet_kernel:warpwatch_kernel_seconds_total:rate5m"
-    for x in ("estimated_occupancy", "resident_warps_per_sm"):
-        num = f"fleet_kernel:warpwatch_kernel_{x}_seconds_total:rate5m"
-        assert f"avg_over_time({num}[{s.degraded_window}]) / avg_over_time({seconds}[{s.degraded_window}])" in expr
-        assert f"(avg_over_time({num}{window}) / avg_over_time({seconds}{window}))" in expr
+    seconds = 'fleet_kernel:warpwatch_kernel_seconds_total:rate5m{kernel!="other"}'
+    num = 'fleet_kernel:warpwatch_kernel_theoretical_occupancy_seconds_total:rate5m{kernel!="other"}'
+    assert f"(avg_over_time({num}[{s.degraded_window}]) / avg_over_time({seconds}[{s.degraded_window}]))" in expr
+    assert f"(avg_over_time({num}{window}) / avg_over_time({seconds}{window}))" in expr
     assert f"count_over_time({seconds}{window}) >= {s.degraded_min_samples}" in expr
     assert f"< {s.degraded_ratio}" in expr
     assert f") > {s.degraded_min_time_share}" in expr
+    for by_load in ("estimated_occupancy", "resident_warps", "waves", "busy"):
+        assert by_load not in expr
     assert "warpwatch_kernel_seconds_total[" not in expr  # no raw series
     tests = load("warpwatch-rules.test.yaml")["tests"]
     fired = [
         e["exp_labels"]
         for t in tests
         for c in t.get("alert_rule_test", [])
-        if c["alertname"] == "WarpwatchKernelOccupancyDegraded"
+        if c["alertname"] == "WarpwatchKernelOccupancyRegressed"
         for e in c["exp_alerts"]
     ]
     assert fired and all(set(f) == {"namespace", "deployment", "kernel", "severity"} for f in fired)

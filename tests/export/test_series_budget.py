@@ -3,7 +3,8 @@
 The trace: HTA's `negative_queue_length_values_check/rank0.json.gz`, an A100-SXM4-80GB inference-like
 trace with 85 distinct kernels on GPU 0 (the one H100 trace in ../shared, kineto's
 `after_fix_trace.json`, holds a single kernel). The README states the formula checked here:
-per GPU 9·K + 20 series (K = --top-kernels) plus one per (kernel, artefact kind) that occurred.
+per GPU 10·K + 20 series (K = --top-kernels; issue 45 added one per top kernel: its launch resources,
+`warpwatch_kernel_launch_info`) plus one per (kernel, artefact kind) that occurred.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def test_default_settings_cost_at_most_200_series_per_gpu_on_a_real_trace_and_fo
     k = DEFAULT_TOP_KERNELS
     assert families["warpwatch_kernel_seconds_total"] == k + 1  # top-K and other, of 85 kernels
     assert families["warpwatch_kernel_info"] == k
+    assert families["warpwatch_kernel_launch_info"] == k  # every top kernel of this trace has a block
     for gauge in (
         "warpwatch_kernel_time_share_ratio",
         "warpwatch_kernel_estimated_occupancy_ratio",
@@ -61,7 +63,7 @@ def test_default_settings_cost_at_most_200_series_per_gpu_on_a_real_trace_and_fo
         assert gauge not in families, f"{gauge} is opt-in (--kernel-gauges)"
     artifacts = families.get("warpwatch_profiler_artifacts_total", 0)
     total = sum(families.values())
-    assert total == 9 * k + 20 + artifacts, families
+    assert total == 10 * k + 20 + artifacts, families
     agent_wide = sum(1 for _, labels in samples if not any(name == "gpu" for name, _ in labels))
     # a pod of 8 GPUs shares the agent's own series among them
     assert total + agent_wide / 8 <= 200, (total, agent_wide)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..export import metricdefs as md
 from . import queries as q
 from .runbook import AlertDef, Runbook
-from .settings import Settings, alert_series, duration_seconds, format_duration
+from .settings import Settings, duration_seconds, format_duration
 
 GROUP_OCCUPANCY = "warpwatch-occupancy"
 NOT_OTHER = 'kernel!="other"'
@@ -69,8 +69,9 @@ class _Terms:
         )
 
     def ran_now(self) -> str:
-        """The kernels that ran in the last window (a stopped kernel's counter stays, at rate 0)."""
-        return f"({self.fk(md.KERNEL_SECONDS, self.now)} > 0)"
+        """The kernels that run now: a recorded rate above 0 (a stopped kernel's counter stays, at rate
+        0, until its series expire)."""
+        return f"({q.record_series(self.s, md.KERNEL_SECONDS, 'fleet_kernel', NOT_OTHER)} > 0)"
 
     def vanished(self, metric: md.MetricDef) -> str:
         """Σ over the kernels of the baseline that ran no more in the last window: their baseline rate."""
@@ -198,7 +199,7 @@ def deployment_regressed(s: Settings) -> AlertDef:
 def launch_changed(s: Settings) -> AlertDef:
     t = _Terms(s)
     by = ", ".join((*s.fleet, "kernel", *RESOURCE_LABELS))
-    info = alert_series(s, md.KERNEL_LAUNCH_INFO, NOT_OTHER)
+    info = f"{q.launch_info_record('fleet_kernel')}{{{NOT_OTHER}}}"
     pct = f"{s.degraded_min_time_share:.0%}"
     return AlertDef(
         name="WarpwatchKernelLaunchChanged",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..export import metricdefs as md
 from . import queries as q
 from .alerts import alerts
+from .boards_load import code_and_load_panels
 from .fleet import fleet
 from .health import agent_health, artifacts
 from .panels import (
@@ -241,6 +242,7 @@ def _kernels(s: Settings) -> DashboardDef:
                 max=1,
                 links=(evidence_link(s),),
             ),
+            *code_and_load_panels(s),
             PanelDef(
                 "timeseries",
                 "Resident warps per SM",

@@ -164,6 +164,36 @@ def overhead_budget_used(s: Settings) -> RecordingDef:
     )
 
 
+LAUNCH_INFO_TIERS: dict[Level, str] = {"pod_kernel": GROUP_POD, "fleet_kernel": GROUP_FLEET}
+
+
+def launch_info_record(level: Level) -> str:
+    """Name of the recorded launch resources (`level:warpwatch_kernel_launch_info:max`)."""
+    return f"{level}:{md.KERNEL_LAUNCH_INFO.name}:max"
+
+
+def launch_info_records(s: Settings) -> list[RecordingDef]:
+    """Each kernel's launch resources seen now, per pod (tier 1, from the raw gauge) and per
+    deployment (tier 2): the launch-changed alert takes its day-long ranges of these, not of raw series."""
+    resources = md.KERNEL_LAUNCH_INFO.labels[2:]
+    pod_by = _labels((*pod_kernel_labels(s), *resources))
+    fleet_by = _labels((*s.fleet, "kernel", *resources))
+    return [
+        RecordingDef(
+            launch_info_record("pod_kernel"),
+            f"max by ({pod_by}) ({series(md.KERNEL_LAUNCH_INFO, s.selector)})",
+            "the launch resources each kernel of each pod ran with in its agent's last window",
+            GROUP_POD,
+        ),
+        RecordingDef(
+            launch_info_record("fleet_kernel"),
+            f"max by ({fleet_by}) ({launch_info_record('pod_kernel')})",
+            f"the launch resources each kernel ran with in some pod, by {_labels(s.fleet)}",
+            GROUP_FLEET,
+        ),
+    ]
+
+
 def pod_kernel_labels(s: Settings) -> tuple[str, ...]:
     return (*s.fleet, *(x for x in ("pod", "kernel") if x not in s.fleet))
 
@@ -196,6 +226,7 @@ def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
         for m in KERNEL_RATES
     ]
     out.append(overhead_budget_used(s))
+    out += launch_info_records(s)
     out += [
         RecordingDef(
             rate_record(s, m, "fleet"),

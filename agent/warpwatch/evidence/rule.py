@@ -4,10 +4,12 @@ A window is kept, for the first of these reasons that holds:
 
 - `artifact`: a launch carries a profiler artefact the alerts fire on (`ALERTED_ARTIFACTS`:
   negative or overflowed warps, non-finite values, sentinels);
-- `degraded`: a kernel's estimated occupancy fell below `degraded_ratio` times its own recent level
-  (the mean over its last `RECENT_WINDOWS` windows, once it has `MIN_RECENT_WINDOWS`), while it takes
-  more than `degraded_min_time_share` of the window: the thresholds of the occupancy-degraded alerts
-  (`dashboards.settings.Settings`);
+- `degraded`: a kernel's theoretical occupancy (what its launch resources let fit on an SM, whatever
+  the load: issue 45) fell below `degraded_ratio` times its own recent level (the mean over its last
+  `RECENT_WINDOWS` windows, once it has `MIN_RECENT_WINDOWS`), while it takes more than
+  `degraded_min_time_share` of the window: the thresholds of the occupancy-regression alerts
+  (`dashboards.settings.Settings`). A smaller grid (a quieter hour) lowers the estimated occupancy,
+  not this;
 - `low_confidence`: a GPU of the window is low-confidence (too few samples, bounds that disagree);
 - `baseline`: an ordinary window, when no window was kept as a baseline for `BASELINE_INTERVAL_S`.
 """
@@ -95,21 +97,21 @@ class KeepRule:
     def _degraded(self, analysis: WindowAnalysis) -> Iterator[Degraded]:
         for k in analysis.kernels:
             recent = self.levels.get((k.device, k.name))
-            if k.estimated_occupancy is None or recent is None or len(recent) < MIN_RECENT_WINDOWS:
+            if k.theoretical_occupancy is None or recent is None or len(recent) < MIN_RECENT_WINDOWS:
                 continue
             if (k.time_share or 0.0) <= self.min_time_share:
                 continue
             level = sum(recent) / len(recent)
-            if k.estimated_occupancy < self.ratio * level:
-                yield Degraded(k.device, k.name, k.estimated_occupancy, level)
+            if k.theoretical_occupancy < self.ratio * level:
+                yield Degraded(k.device, k.name, k.theoretical_occupancy, level)
 
     def _remember(self, analysis: WindowAnalysis) -> None:
         for k in analysis.kernels:
-            if k.estimated_occupancy is None:
+            if k.theoretical_occupancy is None:
                 continue
             key = (k.device, k.name)
             recent = self.levels.pop(key, None) or deque(maxlen=RECENT_WINDOWS)
-            recent.append(k.estimated_occupancy)
+            recent.append(k.theoretical_occupancy)
             self.levels[key] = recent  # re-inserted: the dict's order is least recently seen first
             if len(self.levels) > MAX_LEVELS:
                 del self.levels[next(iter(self.levels))]
