@@ -26,6 +26,7 @@ and nothing before.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import urllib.parse
@@ -95,13 +96,14 @@ def firing_spans(series: list[dict[str, Any]], hold_s: float, step: float) -> di
 OLD_RULES = Path(__file__).parent / "data" / "occupancy-alerts-9098b5d.yaml"
 PANELS = {
     "attention_estimated_occupancy": (
-        f'fleet_kernel:warpwatch_kernel_estimated_occupancy:ratio_rate5m{{kernel="{ATTN}"}}'
+        f'fleet_kernel:warpwatch_kernel_estimated_occupancy_seconds_total:rate5m{{kernel="{ATTN}"}}\n'
+        f'  / fleet_kernel:warpwatch_kernel_seconds_total:rate5m{{kernel="{ATTN}"}}'
     ),
     "attention_theoretical_occupancy": (
         f'fleet_kernel:warpwatch_kernel_theoretical_occupancy_seconds_total:rate5m{{kernel="{ATTN}"}}\n'
         f'  / fleet_kernel:warpwatch_kernel_seconds_total:rate5m{{kernel="{ATTN}"}}'
     ),
-    "busy": "fleet:warpwatch_gpu_busy:ratio_rate5m",
+    "busy": "fleet:warpwatch_gpu_busy_seconds_total:rate5m / fleet:warpwatch_gpu_observed_seconds_total:rate5m",
 }
 """What the docs' figure draws beside the alerts (docs/alerts-meaning.md, `docs/load_cycle_figure.py`)."""
 Spans = dict[str, dict[str, list[tuple[float, float]]]]
@@ -141,11 +143,16 @@ def fired(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Spans]:
                 {"labels": s["metric"], "values": [((float(t) - start) / 60, float(v)) for t, v in s["values"]]}
                 for s in query_range(url, expr, start, end, 300)
             ]
+    load = [(m, *load_at(m)) for m in range(0, MINUTES + 1, 5)]
+    FIGURE_DATA.update(fired=out, panels=panels, load=load, deployments=[d.name for d in DEPLOYMENTS])
     if target := os.environ.get("WARPWATCH_LOAD_CYCLE_JSON"):
-        load = [(m, *load_at(m)) for m in range(0, MINUTES + 1, 5)]
-        doc = {"fired": out, "panels": panels, "load": load, "deployments": [d.name for d in DEPLOYMENTS]}
-        Path(target).write_text(json.dumps(doc))
+        Path(target).write_text(json.dumps(FIGURE_DATA))
     return out
+
+
+FIGURE_DATA: dict[str, Any] = {}
+"""What the module's Prometheus run gives the docs' figure (filled by the `fired` fixture)."""
+FIGURE = Path(__file__).resolve().parents[2] / "docs" / "img" / "load-cycle.svg"
 
 
 def _of(fired: Spans, deployment: str) -> dict[str, list[tuple[float, float]]]:
@@ -201,3 +208,15 @@ def test_a_regression_at_constant_load_fires_within_an_hour(
     assert min(spans[0][0] for spans in regressed.values()) <= at + WITHIN_MIN, ours
     kernel_alerts = [k for k in regressed if k.startswith("WarpwatchKernelOccupancyRegressed")]
     assert kernel_alerts and all(f"kernel={kernel}" in k for k in kernel_alerts), ours
+
+
+def test_the_docs_figure_is_drawn_from_this_data(fired: dict[str, Spans]) -> None:
+    """docs/alerts-meaning.md shows docs/img/load-cycle.svg: `benchmarks/load_cycle_figure.py` draws it
+    from this module's data (rerun it when this test fails)."""
+    spec = importlib.util.spec_from_file_location(
+        "load_cycle_figure", FIGURE.parents[2] / "benchmarks/load_cycle_figure.py"
+    )
+    assert spec is not None and spec.loader is not None
+    figure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figure)
+    assert FIGURE.read_text() == figure.svg(json.loads(json.dumps(FIGURE_DATA)))
