@@ -33,7 +33,7 @@ import yaml
 from support.agent import free_port
 from support.patience import hang_guard
 from support.prometheus import PROMETHEUS, prometheus
-from support.promfleet import backfill_rules, create_blocks, openmetrics
+from support.promfleet import backfill_recording_tiers, create_blocks, openmetrics
 from warpwatch.dashboards import rules
 from warpwatch.dashboards.queries import GROUPS_RECORDING
 from warpwatch.dashboards.routing import alertmanager_config
@@ -117,12 +117,7 @@ def test_one_build_that_regresses_50_kernels_is_one_notification(tmp_path: Path)
     data = tmp_path / "data"
     create_blocks(raw_series(end), data, tmp_path)
     groups = rules.prometheus_groups(SETTINGS)
-    tiers = []
-    for name in GROUPS_RECORDING:
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["name"] == name]}))
-        tiers.append(path)
-    backfill_rules(data, tiers, end - MINUTES * STEP, end)
+    backfill_recording_tiers(data, groups, end - MINUTES * STEP, end)
     # The alert groups live; the tiers only backfilled: live recording over raw data that ends now
     # would add records that thin out minute by minute, and make the alerts flap.
     rule_file = tmp_path / "warpwatch-alerts.yaml"

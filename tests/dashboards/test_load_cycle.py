@@ -40,10 +40,9 @@ import yaml
 
 from support.loadcycle import ATTN, SWAPPED, Change, Deployment, load_at, openmetrics_families
 from support.prometheus import PROMETHEUS, prometheus
-from support.promfleet import backfill_rules, create_blocks, openmetrics
+from support.promfleet import backfill_recording_tiers, create_blocks, openmetrics
 from warpwatch.dashboards import rules
 from warpwatch.dashboards.alerts import GROUP_OCCUPANCY
-from warpwatch.dashboards.queries import GROUPS_RECORDING
 from warpwatch.dashboards.settings import DEFAULT_SETTINGS, duration_seconds
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(PROMETHEUS).exists(), reason="needs Debian's prometheus")]
@@ -119,12 +118,7 @@ def fired(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Spans]:
     data = tmp / "data"
     create_blocks(openmetrics(openmetrics_families(DEPLOYMENTS, MINUTES, start)), data, tmp)
     groups = rules.prometheus_groups(DEFAULT_SETTINGS)
-    tiers = []
-    for name in GROUPS_RECORDING:
-        path = tmp / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["name"] == name]}))
-        tiers.append(path)
-    backfill_rules(data, tiers, start, end)
+    backfill_recording_tiers(data, groups, start, end)
     (occupancy,) = [g for g in groups if g["name"] == GROUP_OCCUPANCY]
     (old,) = yaml.safe_load(OLD_RULES.read_text())["groups"]
     step = duration_seconds(DEFAULT_SETTINGS.rule_interval)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .prometheus import prometheus
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -80,6 +82,19 @@ def backfill_rules(data: Path, tiers: Sequence[Path], start: float, end: float, 
         for block in out.iterdir():
             shutil.move(str(block), data / block.name)
         shutil.rmtree(out)
+
+
+def backfill_recording_tiers(data: Path, groups: Sequence[Mapping[str, Any]], start: float, end: float) -> None:
+    """Backfill the generated recording tiers (`queries.GROUPS_RECORDING`, in order) of the rule
+    `groups` (`rules.prometheus_groups`) over [start, end], each tier's file beside `data`."""
+    from warpwatch.dashboards.queries import GROUPS_RECORDING
+
+    tiers = []
+    for name in GROUPS_RECORDING:
+        path = data.parent / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"groups": [g for g in groups if g["name"] == name]}))
+        tiers.append(path)
+    backfill_rules(data, tiers, start, end)
 
 
 def query(url: str, promql: str, at: float | None = None, **extra: str) -> dict[str, Any]:

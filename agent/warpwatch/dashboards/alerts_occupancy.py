@@ -134,8 +134,7 @@ def kernel_regressed(s: Settings) -> AlertDef:
             mitigation=(
                 "Roll back or pin the change that raised the kernel's registers or shared memory; cap "
                 "registers (`__launch_bounds__`, Triton `num_warps`/`maxnreg`) or retune the block size.",
-                "If the new level is intended, the alert clears once the baseline window "
-                f"({s.degraded_baseline_window}) has absorbed it.",
+                _absorbed(s),
             ),
         ),
         evidence_verb="diff",
@@ -188,8 +187,7 @@ def deployment_regressed(s: Settings) -> AlertDef:
             ),
             mitigation=(
                 "Roll back the build; pin the library or compiler version that changed.",
-                "If the new level is intended, the alert clears once the baseline window "
-                f"({s.degraded_baseline_window}) has absorbed it.",
+                _absorbed(s),
             ),
         ),
         evidence_verb="diff",
@@ -238,6 +236,13 @@ def launch_changed(s: Settings) -> AlertDef:
             ),
         ),
         evidence_verb="diff",
+    )
+
+
+def _absorbed(s: Settings) -> str:
+    return (
+        f"If the new level is intended, the alert clears once the baseline window ({s.degraded_baseline_window}) "
+        "has absorbed it."
     )
 
 
