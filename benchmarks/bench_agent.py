@@ -116,7 +116,7 @@ def bench_scrape(iterations: int) -> dict[str, Any]:
         deadline = time.monotonic() + 10
         while svc.readiness()[1] == "no window expected yet" and time.monotonic() < deadline:
             time.sleep(0.01)  # the first (empty) round runs at start and publishes its snapshot
-        svc.collector.publish(snap)
+        svc.exposition.publish(snap)
         url = f"http://127.0.0.1:{svc.port}/metrics"
         http_times = []
         size = 0
@@ -188,7 +188,7 @@ def bench_rss(windows: int) -> dict[str, Any]:
             samples[i] = rss_mib()
     elapsed = time.perf_counter() - t0
     shutil.rmtree(folder)
-    snap = svc.collector.snapshot
+    snap = svc.exposition.collector.snapshot
     return {
         "windows": windows,
         "ok": dict((labels[0], v) for labels, v in snap.get(md.WINDOWS))["ok"],

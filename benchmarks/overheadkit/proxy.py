@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from warpwatch.capture.servers.servedlatency import HISTOGRAMS, histogram_sums
+from warpwatch.capture.servers import VllmDialect
+from warpwatch.capture.servers.servedlatency import histogram_sums
 
 PROFILE_PATHS = ("/start_profile", "/stop_profile")
 FORWARDED = ("content-type", "authorization", "accept")
@@ -168,7 +169,7 @@ def _handler(proxy: ProfileProxy, host: str, port: int) -> type[BaseHTTPRequestH
             )
             totals = None
             if path == "/metrics" and status == 200:
-                found = histogram_sums(data.decode("utf-8", "replace"), HISTOGRAMS["vllm"])
+                found = histogram_sums(data.decode("utf-8", "replace"), VllmDialect.inter_token_histograms)
                 totals = None if found is None else (found.seconds, found.tokens)
             proxy.ended(key, status, totals)
             with contextlib.suppress(OSError):  # the agent may have given up on this call

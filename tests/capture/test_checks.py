@@ -13,7 +13,7 @@ from warpwatch.capture.daemon import KinetoDaemonSource
 from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.folders import check_start_folder, list_traces
 from warpwatch.capture.inprocess import attach
-from warpwatch.capture.servers import SglangSource, VllmSource
+from warpwatch.capture.registry import sglang_source, vllm_source
 from warpwatch.errors import CaptureError, ConfigError
 from warpwatch.units import check_seconds
 
@@ -36,9 +36,9 @@ SOURCES_WITH_SECONDS: list[tuple[str, Any]] = [
     ("kineto-daemon", lambda inf: KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", client_ttl_s=inf)),
     ("in-process", lambda inf: attach(period_s=inf, window_s=1.0, trace_dir="/tmp/x")),
     ("in-process", lambda inf: attach(period_s=10.0, window_s=1.0, trace_dir="/tmp/x", first_delay_s=inf)),
-    ("vllm", lambda inf: VllmSource("http://h:1", "/tmp/t", flush_timeout_s=inf)),
-    ("vllm", lambda inf: VllmSource("http://h:1", "/tmp/t", retry_pause_s=inf)),
-    ("sglang", lambda inf: SglangSource("http://h:1", "/tmp/t", request_timeout_s=inf)),
+    ("vllm", lambda inf: vllm_source("http://h:1", "/tmp/t", flush_timeout_s=inf)),
+    ("vllm", lambda inf: vllm_source("http://h:1", "/tmp/t", retry_pause_s=inf)),
+    ("sglang", lambda inf: sglang_source("http://h:1", "/tmp/t", request_timeout_s=inf)),
     ("dir", lambda inf: DirSource("/tmp/t", give_up_s=inf)),
     ("dir", lambda inf: DirSource("/tmp/t", json_settle_s=inf)),
 ]

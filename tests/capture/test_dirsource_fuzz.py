@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support.agent import parse, sample
 from support.paths import corpus_bytes
 from warpwatch.capture import files
 from warpwatch.capture.confine import ConfinedFile
@@ -182,7 +183,7 @@ def test_any_folder_content_gives_clean_counted_windows(
         monkeypatch.undo()
 
     def count(m: md.MetricDef, **labels: str) -> float:
-        return svc.registry.get_sample_value(md.exposed_name(m), labels) or 0.0
+        return sample(parse(svc.render("text/plain")[0].decode()), md.exposed_name(m), **labels) or 0.0
 
     assert count(md.ERRORS, stage="capture", reason="raised") == 0, "an exception left capture()"
     assert count(md.ERRORS, stage="analysis", reason="unexpected") == 0, "an exception left the reader"

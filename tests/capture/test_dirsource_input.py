@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.agent import Agent
+from support.agent import Agent, parse, sample
 from support.paths import HTA
 from support.patience import hang_guard
 from warpwatch.capture import files
@@ -66,7 +66,7 @@ def test_deep_nesting_fails_that_file_and_the_source_carries_on(
         svc.run_round()
 
     def count(m: md.MetricDef, **labels: str) -> float:
-        return svc.registry.get_sample_value(md.exposed_name(m), labels) or 0.0
+        return sample(parse(svc.render("text/plain")[0].decode()), md.exposed_name(m), **labels) or 0.0
 
     assert count(md.ERRORS, stage="capture", reason="raised") == 0
     assert count(md.WINDOWS, outcome="ok") == 1  # good.json, in the same round

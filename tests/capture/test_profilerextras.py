@@ -12,7 +12,7 @@ import pytest
 
 from support.paths import SHARED_TRACES
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.servers import VllmSource
+from warpwatch.capture.registry import vllm_source
 from warpwatch.capture.servers.profilerextras import SCAN_BYTES, recorded_extras
 
 
@@ -82,7 +82,7 @@ def test_on_the_real_traces_it_agrees_with_parsing_them_whole() -> None:
 
 
 def test_the_vllm_source_warns_once_naming_the_switches(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    src = VllmSource("http://127.0.0.1:9", tmp_path)
+    src = vllm_source("http://127.0.0.1:9", tmp_path)
     stacked = write(tmp_path / "rank0.1.pt.trace.json.gz", [KERNEL, STACK, MEMORY])
     with caplog.at_level(logging.WARNING, logger="warpwatch.capture.servers"):
         for _ in range(3):

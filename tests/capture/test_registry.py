@@ -18,7 +18,7 @@ from warpwatch.capture import Source
 from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.registry import build_source
 from warpwatch.capture.replay import ReplaySource
-from warpwatch.capture.servers import SglangSource, VllmSource
+from warpwatch.capture.servers import ProfilingServerSource, SglangDialect, VllmDialect
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
 from warpwatch.export.nvml import Nvml
@@ -46,15 +46,15 @@ def test_specs_build_their_sources(tmp_path: Path) -> None:
 
 def test_server_and_daemon_specs_build_their_sources(tmp_path: Path) -> None:
     v = build_source(f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2", CONFIG)
-    assert isinstance(v, VllmSource)
+    assert isinstance(v, ProfilingServerSource) and isinstance(v.dialect, VllmDialect)
     assert (v.name, v.options.trace_dir, v.options.expected_files) == (
         f"vllm:http://localhost:8000,dir={tmp_path},expected_files=2",
         tmp_path,
         2,
     )
     s = build_source(f"sglang:http://localhost:30000,dir={tmp_path},server_dir=/srv/t", CONFIG)
-    assert isinstance(s, SglangSource)
-    assert s.server_trace_dir == "/srv/t"
+    assert isinstance(s, ProfilingServerSource) and isinstance(s.dialect, SglangDialect)
+    assert s.dialect.server_trace_dir == "/srv/t"
     k = build_source("kineto-daemon", Config(source=("kineto-daemon",), trace_dir=tmp_path))
     assert type(k).__name__ == "KinetoDaemonSource"
 

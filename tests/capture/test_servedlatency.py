@@ -6,8 +6,12 @@ import logging
 
 import pytest
 
-from warpwatch.capture.servers.servedlatency import FIRST_TOKEN, HISTOGRAMS, ServedLatency, histogram_sums
+from warpwatch.capture.servers import SglangDialect, VllmDialect
+from warpwatch.capture.servers.servedlatency import ServedLatency, histogram_sums
 from warpwatch.overhead import slowdown
+
+VLLM_ITL, VLLM_TTFT = VllmDialect.inter_token_histograms, VllmDialect.first_token_histograms
+SGLANG_ITL = SglangDialect.inter_token_histograms
 
 VLLM = """\
 # HELP vllm:inter_token_latency_seconds Histogram of inter-token latency in seconds.
@@ -27,14 +31,14 @@ def exposition(count: float, total: float) -> str:
 
 
 def test_totals_add_every_label_set_of_the_newest_name_present() -> None:
-    assert histogram_sums(exposition(90, 2.5), HISTOGRAMS["vllm"]) == (3.5, 100.0)
+    assert histogram_sums(exposition(90, 2.5), VLLM_ITL) == (3.5, 100.0)
     old = "vllm:time_per_output_token_seconds_sum 4.0\nvllm:time_per_output_token_seconds_count 8\n"
-    assert histogram_sums(old, HISTOGRAMS["vllm"]) == (4.0, 8.0)
+    assert histogram_sums(old, VLLM_ITL) == (4.0, 8.0)
     sglang = (
         'sglang:inter_token_latency_seconds_sum{tp_rank="0"} 1.5\n'
         'sglang:inter_token_latency_seconds_count{tp_rank="0"} 3\n'
     )
-    assert histogram_sums(sglang, HISTOGRAMS["sglang"]) == (1.5, 3.0)
+    assert histogram_sums(sglang, SGLANG_ITL) == (1.5, 3.0)
 
 
 @pytest.mark.parametrize(
@@ -48,7 +52,7 @@ def test_totals_add_every_label_set_of_the_newest_name_present() -> None:
     ],
 )
 def test_no_histogram_or_a_malformed_one_gives_none(text: str) -> None:
-    assert histogram_sums(text, HISTOGRAMS["vllm"]) is None
+    assert histogram_sums(text, VLLM_ITL) is None
 
 
 class Script:
@@ -70,7 +74,7 @@ class Script:
 def test_windows_split_the_latency_inside_and_between_them() -> None:
     # engine 1 adds a constant (10 tokens, 1 s) to every reading: it cancels in the differences
     script = Script([exposition(0, 0), exposition(10, 0.5), exposition(60, 1.5), exposition(70, 2.0)])
-    served = ServedLatency(HISTOGRAMS["vllm"], script.read, name="vllm:x", clock=script.clock)
+    served = ServedLatency(VLLM_ITL, script.read, name="vllm:x", clock=script.clock)
     served.started()
     script.now = 2.0
     served.ended()  # inside: 10 tokens, 0.5 s, 2 s of wall time
@@ -102,7 +106,11 @@ def test_a_stall_on_first_tokens_is_counted_with_the_inter_token_waits() -> None
     readings = [((0, 0.0), (0, 0.0)), ((40, 0.2), (4, 80.4)), ((440, 2.2), (6, 80.5)), ((480, 2.4), (6, 80.5))]
     script = Script([with_first_tokens(*r) for r in readings])
     served = ServedLatency(
-        HISTOGRAMS["vllm"], script.read, name="vllm:x", first_token=FIRST_TOKEN["vllm"], clock=script.clock
+        VLLM_ITL,
+        script.read,
+        name="vllm:x",
+        first_token=VLLM_TTFT,
+        clock=script.clock,
     )
     for _ in range(2):
         served.started()
@@ -115,7 +123,7 @@ def test_a_stall_on_first_tokens_is_counted_with_the_inter_token_waits() -> None
     # mean wait inside 80.8 / 84 = 0.962 s, outside 2.1 / 402 = 5.22 ms: 183x; the inter-token
     # histogram alone would read (0.4 / 80) / (2.0 / 400) = 1x, no slowdown at all.
     assert slowdown(split) == pytest.approx((80.8 / 84) / (2.1 / 402) - 1)
-    itl_only = ServedLatency(HISTOGRAMS["vllm"], Script([with_first_tokens(*r) for r in readings]).read, name="v")
+    itl_only = ServedLatency(VLLM_ITL, Script([with_first_tokens(*r) for r in readings]).read, name="v")
     for _ in range(2):
         itl_only.started()
         itl_only.ended()
@@ -125,7 +133,7 @@ def test_a_stall_on_first_tokens_is_counted_with_the_inter_token_waits() -> None
 
 def test_a_server_without_the_histogram_is_asked_once(caplog: pytest.LogCaptureFixture) -> None:
     script = Script([""])
-    served = ServedLatency(HISTOGRAMS["vllm"], script.read, name="vllm:x", clock=script.clock)
+    served = ServedLatency(VLLM_ITL, script.read, name="vllm:x", clock=script.clock)
     with caplog.at_level(logging.INFO, logger="warpwatch.capture.servers"):
         for _ in range(3):
             served.started()
@@ -140,7 +148,7 @@ def test_a_failed_read_or_a_restarted_server_leaves_that_span_out() -> None:
         + [None]
         + [exposition(*r) for r in ((20, 0.9), (30, 1.4), (5, 0.1), (15, 0.6), (25, 1.1), (35, 1.6))]
     )
-    served = ServedLatency(HISTOGRAMS["vllm"], script.read, name="vllm:x", clock=script.clock)
+    served = ServedLatency(VLLM_ITL, script.read, name="vllm:x", clock=script.clock)
     served.started()
     served.ended()  # inside: 10 tokens
     served.started()  # the read failed: this window is not measured (its end is not even read)
@@ -166,5 +174,5 @@ def test_sums_over_label_sets_ignore_longer_names_and_fail_on_a_sample_without_a
         'vllm:inter_token_latency_seconds_sum{engine="1"} 1.5\n'
         'vllm:inter_token_latency_seconds_count{engine="1"} 5\n'
     )
-    assert histogram_sums(text, HISTOGRAMS["vllm"]) == (4.0, 15.0)
-    assert histogram_sums(text + 'vllm:inter_token_latency_seconds_count{engine="2"}\n', HISTOGRAMS["vllm"]) is None
+    assert histogram_sums(text, VLLM_ITL) == (4.0, 15.0)
+    assert histogram_sums(text + 'vllm:inter_token_latency_seconds_count{engine="2"}\n', VLLM_ITL) is None

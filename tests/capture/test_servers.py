@@ -19,7 +19,8 @@ import pytest
 from support.engines.threaded import ALEXNET, Recorded, StandIn
 from support.servers import FAST, LOGGER, PatientClock, _ok, _sglang, _vllm
 from warpwatch.capture import CapturedWindow, Source
-from warpwatch.capture.servers import SglangSource, VllmSource
+from warpwatch.capture.registry import sglang_source, vllm_source
+from warpwatch.capture.servers import ProfilingServerSource
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
 
@@ -46,7 +47,7 @@ def test_vllm_two_ranks(trace_dir: Path, standins: list[StandIn]) -> None:
     old = trace_dir / f"{server.instance_id}-rank-0.1000.pt.trace.json.gz"
     shutil.copy(ALEXNET, old)
     (trace_dir / "profiler_out_0.txt").write_text("table")
-    src = VllmSource(server.url, trace_dir, delete_processed=True, **FAST)
+    src = vllm_source(server.url, trace_dir, delete_processed=True, **FAST)
     assert isinstance(src, Source)
     assert src.name == f"vllm:{server.url}"
     src.start()
@@ -78,7 +79,7 @@ def test_vllm_two_ranks(trace_dir: Path, standins: list[StandIn]) -> None:
 def test_sglang_two_ranks(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _sglang(standins, trace_dir)
     shutil.copy(ALEXNET, trace_dir / "1690000000.5-TP-0.trace.json.gz")  # an older window's
-    src = SglangSource(server.url, trace_dir, **FAST)
+    src = sglang_source(server.url, trace_dir, **FAST)
     assert src.name == f"sglang:{server.url}"
 
     windows = src.capture(0.1, 10)
@@ -102,7 +103,7 @@ def test_sglang_server_side_folder(tmp_path: Path, standins: list[StandIn]) -> N
     agent_view = tmp_path / "agent-mount"
     agent_view.mkdir()
     server = _sglang(standins, agent_view)
-    src = SglangSource(server.url, agent_view, server_trace_dir="/srv/profiles", **FAST)
+    src = sglang_source(server.url, agent_view, server_trace_dir="/srv/profiles", **FAST)
     server_dir_seen: list[Any] = []
     real_handle = server.handle
 
@@ -155,10 +156,10 @@ def test_disabled_logs_once_and_backs_off(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     if kind == "vllm":
         server: StandIn = _vllm(standins, trace_dir, enabled=False)
-        src: VllmSource | SglangSource = VllmSource(server.url, trace_dir, backoff_s=60, **FAST)
+        src: ProfilingServerSource = vllm_source(server.url, trace_dir, backoff_s=60, **FAST)
     else:
         server = _sglang(standins, trace_dir, enabled=False)
-        src = SglangSource(server.url, trace_dir, backoff_s=60, **FAST)
+        src = sglang_source(server.url, trace_dir, backoff_s=60, **FAST)
 
     first = src.capture(0.05, 5)
     assert len(first) == 1 and first[0].path is None and first[0].outcome == "failed"
@@ -180,7 +181,7 @@ def test_disabled_logs_once_and_backs_off(
 def test_backoff_doubles_and_recovers(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _vllm(standins, trace_dir, enabled=False)
     clock = PatientClock()
-    src = VllmSource(server.url, trace_dir, backoff_s=0.15, max_backoff_s=10, clock=clock, **FAST)
+    src = vllm_source(server.url, trace_dir, backoff_s=0.15, max_backoff_s=10, clock=clock, **FAST)
     assert src.capture(0.01, 5)[0].outcome == "failed"  # next try after 0.15 s
     clock.advance(0.2)
     assert src.capture(0.01, 5)[0].outcome == "failed"  # now 0.3 s
@@ -201,7 +202,7 @@ def test_backoff_doubles_and_recovers(trace_dir: Path, standins: list[StandIn]) 
 @pytest.mark.parametrize("blocking", [True, False], ids=["stop-waits", "stop-answers-early"])
 def test_slow_flush_waits_then_succeeds(trace_dir: Path, standins: list[StandIn], blocking: bool) -> None:
     server = _vllm(standins, trace_dir, blocking=blocking, chunks=5, chunk_delay=0.2)
-    src = VllmSource(server.url, trace_dir, flush_timeout_s=15, **FAST)
+    src = vllm_source(server.url, trace_dir, flush_timeout_s=15, **FAST)
     t = time.monotonic()
     windows = src.capture(0.05, 30)
     assert time.monotonic() - t >= 0.8  # it did wait for the flush
@@ -218,7 +219,7 @@ def test_too_slow_flush_times_out(
     ends by flush_timeout_s with them still held (it did not wait for the writer; before issue
     38 this said `< 2 s` of wall clock, with a writer of 2.4 s)."""
     server = _vllm(standins, trace_dir, blocking=blocking, chunks=2, write_hold=threading.Event())
-    src = VllmSource(server.url, trace_dir, flush_timeout_s=0.6, **FAST)
+    src = vllm_source(server.url, trace_dir, flush_timeout_s=0.6, **FAST)
     windows = src.capture(0.05, 30)
     assert server.writes_done == 0  # bounded by flush_timeout_s, not by the writer
     assert windows
@@ -232,7 +233,7 @@ def test_flush_bounded_by_service_timeout(trace_dir: Path, standins: list[StandI
     """The service's time-out (0.5 s) bounds the window, not flush_timeout_s (60 s): it ends with
     the writers still held (before issue 38: `< 1.5 s` of wall clock, with a writer of 1.5 s)."""
     server = _vllm(standins, trace_dir, blocking=False, chunks=2, write_hold=threading.Event())
-    src = VllmSource(server.url, trace_dir, flush_timeout_s=60, **FAST)
+    src = vllm_source(server.url, trace_dir, flush_timeout_s=60, **FAST)
     windows = src.capture(0.05, 0.5)
     assert server.writes_done == 0
     assert windows and all(w.outcome == "timed_out" for w in windows)

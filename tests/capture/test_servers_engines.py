@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
+from support.agent import parse, sample
 from support.engines.launch import Engine
 from support.paths import HTA
 from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.servers import SglangSource, VllmSource
+from warpwatch.capture.registry import sglang_source, vllm_source
+from warpwatch.capture.servers import ProfilingServerSource
 
 ALEXNET = HTA / "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
 INFERENCE_RANK1 = HTA / "trace_file_list/inference_rank_1.json.gz"
@@ -104,10 +106,10 @@ def test_each_family_gives_one_window_per_rank(
     args = [a.replace("{dir}", str(trace_dir)) for a in family_args]
     if script == "vllm_server.py":
         engine = launch(script, *args, "--dir", str(trace_dir))
-        src: VllmSource | SglangSource = VllmSource(engine.url, trace_dir, **FAST)
+        src: ProfilingServerSource = vllm_source(engine.url, trace_dir, **FAST)
     else:
         engine = launch(script, *args)
-        src = SglangSource(engine.url, trace_dir, **FAST, **source_kw)
+        src = sglang_source(engine.url, trace_dir, **FAST, **source_kw)
     windows = src.capture(0.2, 10)
     assert_rank_files(windows, stages)
     assert engine.alive(), engine.stderr()
@@ -120,7 +122,7 @@ def test_each_family_gives_one_window_per_rank(
 @pytest.mark.slow
 def test_sglang_0_4_2_without_the_env_dir_is_never_started(trace_dir: Path, launch: Launch) -> None:
     engine = launch("sglang_server.py", "--family", "0.4.2")
-    src = SglangSource(engine.url, trace_dir, **FAST)
+    src = sglang_source(engine.url, trace_dir, **FAST)
     (w,) = src.capture(0.1, 5)
     assert w.outcome == "failed" and w.error is not None
     assert "SGLANG_TORCH_PROFILER_DIR" in w.error and "profiler_dir_env=1" in w.error and "0.4.4" in w.error
@@ -134,7 +136,7 @@ def test_sglang_0_4_2_stop_answers_before_the_ranks_write(trace_dir: Path, launc
     """0.4.0-0.4.3 answer /stop_profile at once and write rank by rank afterwards (0.4 s, 0.8 s):
     the window waits for the two ranks the server reports rather than taking the first file."""
     engine = launch("sglang_server.py", "--family", "0.4.2", "--env-dir", str(trace_dir), "--write-delay", "0.4")
-    src = SglangSource(engine.url, trace_dir, profiler_dir_env=True, **FAST)
+    src = sglang_source(engine.url, trace_dir, profiler_dir_env=True, **FAST)
     windows = src.capture(0.1, 10)
     assert [w.labels for w in windows] == [{"rank": "0"}, {"rank": "1"}]
     assert_rank_files(windows)
@@ -148,7 +150,7 @@ def test_sglang_profile_v2_gets_only_by_stage_requests(trace_dir: Path, launch: 
     are not all there (the server is idle), it sends nothing (a configure while a stage records
     ends the server too)."""
     engine = launch("sglang_server.py", "--family", "0.5.0", "--profile-v2")
-    src = SglangSource(engine.url, trace_dir, num_steps=3, **{**FAST, "flush_timeout_s": 0.3})
+    src = sglang_source(engine.url, trace_dir, num_steps=3, **{**FAST, "flush_timeout_s": 0.3})
     assert src.capture(0.1, 5) == []  # armed: no requests yet
     assert src.capture(0.1, 5) == []  # nothing sent while armed
     assert engine.state()["starts"] == 1
@@ -166,7 +168,7 @@ def test_sglang_profile_v2_gets_only_by_stage_requests(trace_dir: Path, launch: 
 
 def test_sglang_unknown_version_is_refused(trace_dir: Path, launch: Launch) -> None:
     engine = launch("sglang_server.py", "--family", "0.4.6", "--version", "nightly")
-    src = SglangSource(engine.url, trace_dir, **FAST)
+    src = sglang_source(engine.url, trace_dir, **FAST)
     (w,) = src.capture(0.1, 5)
     assert w.outcome == "failed" and w.error is not None and "no SGLang version" in w.error
     assert engine.state()["starts"] == 0
@@ -181,7 +183,7 @@ def test_someone_elses_profile_is_left_alone(family: str, trace_dir: Path, tmp_p
     engine = launch("sglang_server.py", "--family", family)
     theirs = tmp_path / "theirs"
     assert engine.post("/start_profile", {"output_dir": str(theirs)}) == 200  # a person, with curl
-    src = SglangSource(engine.url, trace_dir, backoff_s=60, **FAST)
+    src = sglang_source(engine.url, trace_dir, backoff_s=60, **FAST)
     (w,) = src.capture(0.1, 5)
     assert w.outcome == "failed" and w.error is not None and "someone else's" in w.error
     state = engine.state()
@@ -231,7 +233,7 @@ def test_vllm_front_end_cpu_trace_is_not_a_window(
     engine = launch(
         "vllm_server.py", "--family", "config", "--dir", str(trace_dir), "--front-end-trace", str(front_end_trace)
     )
-    src = VllmSource(engine.url, trace_dir, delete_processed=True, **FAST)
+    src = vllm_source(engine.url, trace_dir, delete_processed=True, **FAST)
     svc = Service(
         Config(
             source=("vllm:stand-in",),
@@ -250,7 +252,7 @@ def test_vllm_front_end_cpu_trace_is_not_a_window(
         svc.run_round()
 
     def windows(outcome: str) -> float | None:
-        return svc.registry.get_sample_value(md.exposed_name(md.WINDOWS), {"outcome": outcome})
+        return sample(parse(svc.render("text/plain")[0].decode()), md.exposed_name(md.WINDOWS), outcome=outcome)
 
     assert [n for n in engine.state()["written"] if ".async_llm." in n]  # the stand-in wrote one
     assert windows("ok") == 4 and not windows("empty") and not windows("failed") and not windows("timed_out")
@@ -271,7 +273,7 @@ def test_files_of_a_slow_stop_are_collected_later(trace_dir: Path, launch: Launc
     are handed over in a later round and deleted once processed. (Until issue 38 the stop took
     1.5 s of wall clock, and the round that must find it unanswered had to come within 1 s.)"""
     engine = launch("vllm_server.py", "--family", "config", "--dir", str(trace_dir), "--stop-delays", "hold")
-    src = VllmSource(engine.url, trace_dir, delete_processed=True, **{**FAST, "flush_timeout_s": 0.5})
+    src = vllm_source(engine.url, trace_dir, delete_processed=True, **{**FAST, "flush_timeout_s": 0.5})
     first = src.capture(0.1, 10)
     assert [w.outcome for w in first] == ["timed_out"]
     requested = first[0].requested
@@ -303,7 +305,7 @@ def test_a_file_that_never_completes_is_abandoned_and_deleted(trace_dir: Path, l
     """A stop that answers while its files are still written very slowly (60 s): after
     late_timeout_s the unfinished files are given up, counted and deleted: disk stays bounded."""
     engine = launch("vllm_server.py", "--family", "config", "--dir", str(trace_dir), "--stop-delays", "30")
-    src = VllmSource(
+    src = vllm_source(
         engine.url, trace_dir, delete_processed=True, late_timeout_s=0.5, **{**FAST, "flush_timeout_s": 0.3}
     )
     # The stop never returns in time: write the session's files by hand, cut (the engine's

@@ -13,7 +13,8 @@ import pytest
 
 from support.engines.threaded import ALEXNET, StandIn
 from support.servers import FAST, LOGGER, TOKEN, PatientClock, _ok, _sglang, _vllm
-from warpwatch.capture.servers import SglangSource, VllmSource
+from warpwatch.capture.registry import sglang_source, vllm_source
+from warpwatch.capture.servers import ProfilingServerSource
 from warpwatch.errors import CaptureError, ConfigError
 
 # -- missing rank, server gone -----------------------------------------------------------
@@ -47,7 +48,7 @@ def test_missing_rank_file(trace_dir: Path, standins: list[StandIn], chunk_delay
     real clock the slower case gives two timed-out windows)."""
     server = _sglang(standins, trace_dir, write_ranks=(0,), chunks=2, chunk_delay=chunk_delay)
     clock = PatientClock()
-    src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=0.5, clock=clock, **FAST)
+    src = sglang_source(server.url, trace_dir, expected_files=2, flush_timeout_s=0.5, clock=clock, **FAST)
     windows = src.capture(0.05, 10)
     assert len(windows) == 2
     ok, missing = windows
@@ -62,7 +63,7 @@ def test_a_rank_that_never_writes_does_not_hold_back_the_next_window(trace_dir: 
     """The window gives up on rank 1 (counted timed_out); its session stays open for late files, but
     once nothing more has come for settle_quiet_s the next window opens (not after late_timeout_s)."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
-    src = VllmSource(
+    src = vllm_source(
         server.url,
         trace_dir,
         expected_files=2,
@@ -83,7 +84,7 @@ def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: P
     the next round hands it over with its own window's interval, before opening a new window."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
     clock = PatientClock()
-    src = VllmSource(server.url, trace_dir, delete_processed=True, settle_quiet_s=0.2, clock=clock, **FAST)
+    src = vllm_source(server.url, trace_dir, delete_processed=True, settle_quiet_s=0.2, clock=clock, **FAST)
     (first,) = src.capture(0.05, 10)
     assert first.labels == {"rank": "0"}
     late = trace_dir / f"{server.instance_id}-rank-1.{time.time_ns()}.pt.trace.json.gz"
@@ -99,7 +100,7 @@ def test_a_rank_file_that_shows_after_its_window_is_still_collected(trace_dir: P
     assert server.paths() == ["/start_profile", "/stop_profile"] * 2
 
 
-def _paths_of_rounds(src: SglangSource | VllmSource, clock: PatientClock, rounds: int) -> list[Path | None]:
+def _paths_of_rounds(src: ProfilingServerSource, clock: PatientClock, rounds: int) -> list[Path | None]:
     """The files handed over in `rounds` short windows, 50 ms apart on `clock` (a file goes once
     seen unchanged twice)."""
     paths: list[Path | None] = []
@@ -115,7 +116,7 @@ def test_someone_elses_file_is_not_taken_for_a_late_rank(trace_dir: Path, standi
     appears after the window (a person's profile in the same folder) is neither read nor deleted."""
     server = _sglang(standins, trace_dir, write_ranks=(0,))
     clock = PatientClock()
-    src = SglangSource(server.url, trace_dir, delete_processed=True, clock=clock, **{**FAST, "flush_timeout_s": 0.3})
+    src = sglang_source(server.url, trace_dir, delete_processed=True, clock=clock, **{**FAST, "flush_timeout_s": 0.3})
     first, missing = src.capture(0.05, 10)  # the server reports two ranks: rank 1's file is late
     assert first.path is not None and missing.outcome == "timed_out"
     theirs = trace_dir / "1690000000.25-TP-1.trace.json.gz"
@@ -137,7 +138,7 @@ def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vl
     file of a worker already handed over is someone else's."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
     clock = PatientClock()
-    src = VllmSource(
+    src = vllm_source(
         server.url, trace_dir, delete_processed=True, expected_files=2, clock=clock, **{**FAST, "flush_timeout_s": 0.3}
     )
     first, missing = src.capture(0.05, 10)  # two workers expected: rank 1's file is late
@@ -153,7 +154,7 @@ def test_a_later_file_of_a_worker_already_handed_over_is_not_taken_for_a_late_vl
 
 def test_expected_files_all_present_returns_early(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _sglang(standins, trace_dir)
-    src = SglangSource(server.url, trace_dir, expected_files=2, flush_timeout_s=60, **FAST)
+    src = sglang_source(server.url, trace_dir, expected_files=2, flush_timeout_s=60, **FAST)
     t = time.monotonic()
     windows = src.capture(0.05, 90)
     assert time.monotonic() - t < 60  # not held for the flush time-out, however loaded the machine
@@ -166,7 +167,7 @@ def test_server_goes_away_mid_window(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     server = _vllm(standins, trace_dir)
-    src = VllmSource(server.url, trace_dir, backoff_s=60, max_retries=2, clock=GoesAwayInTheWindow(server), **FAST)
+    src = vllm_source(server.url, trace_dir, backoff_s=60, max_retries=2, clock=GoesAwayInTheWindow(server), **FAST)
     windows = src.capture(0.4, 10)
     assert len(windows) == 1
     (w,) = windows
@@ -191,7 +192,7 @@ def test_retries_of_a_stop_to_a_server_gone_stay_within_the_windows_budget(
     tried once, however fast or slow the machine."""
     server = _vllm(standins, trace_dir)
     clock = GoesAwayInTheWindow(server)
-    src = VllmSource(server.url, trace_dir, max_retries=3, retry_pause_s=1.0, poll_interval_s=0.05, clock=clock)
+    src = vllm_source(server.url, trace_dir, max_retries=3, retry_pause_s=1.0, poll_interval_s=0.05, clock=clock)
     [w] = src.capture(0.3, 1.0)
     assert w.outcome == "failed" and w.error is not None and "went away mid-window" in w.error
     assert "refused" in w.error and "attempts" not in w.error, w.error
@@ -201,7 +202,7 @@ def test_unreachable_server_fails_and_backs_off(trace_dir: Path, standins: list[
     server = _vllm(standins, trace_dir)
     url = server.url
     server.go_away()
-    src = VllmSource(url, trace_dir, max_retries=1, **FAST)
+    src = vllm_source(url, trace_dir, max_retries=1, **FAST)
     (w,) = src.capture(0.05, 5)
     assert w.outcome == "failed" and w.error is not None
     assert "cannot reach the server" in w.error and "2 attempts" in w.error
@@ -213,7 +214,7 @@ def test_start_refused_with_error(trace_dir: Path, standins: list[StandIn]) -> N
     server = _sglang(standins, trace_dir)
     server.in_progress = True
     server.output_dir = trace_dir
-    src = SglangSource(server.url, trace_dir, **FAST)
+    src = sglang_source(server.url, trace_dir, **FAST)
     (w,) = src.capture(0.05, 5)
     assert w.outcome == "failed" and w.error is not None and "HTTP 500" in w.error
     assert server.paths() == ["/start_profile"]  # we never stop a session we did not start
@@ -221,7 +222,7 @@ def test_start_refused_with_error(trace_dir: Path, standins: list[StandIn]) -> N
 
 def test_close_mid_window_stops_profiling(trace_dir: Path, standins: list[StandIn]) -> None:
     server = _vllm(standins, trace_dir)
-    src = VllmSource(server.url, trace_dir, **FAST)
+    src = vllm_source(server.url, trace_dir, **FAST)
     threading.Timer(0.1, src.close).start()
     t = time.monotonic()
     assert src.capture(30, 10) == []
@@ -242,7 +243,7 @@ def test_bearer_token_sent_never_logged(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     monkeypatch.setenv("GATEWAY_TOKEN", TOKEN)
     server = _sglang(standins, trace_dir, token=TOKEN)
-    src = SglangSource(server.url, trace_dir, token_env="GATEWAY_TOKEN", **FAST)
+    src = sglang_source(server.url, trace_dir, token_env="GATEWAY_TOKEN", **FAST)
     windows = src.capture(0.05, 10)
     assert len(_ok(windows)) == 2
     assert [r.headers.get("Authorization") for r in server.requests] == [f"Bearer {TOKEN}"] * 2
@@ -252,7 +253,7 @@ def test_bearer_token_sent_never_logged(
 
 def test_missing_token_is_explained(trace_dir: Path, standins: list[StandIn], caplog: pytest.LogCaptureFixture) -> None:
     server = _vllm(standins, trace_dir, token=TOKEN)
-    src = VllmSource(server.url, trace_dir, **FAST)
+    src = vllm_source(server.url, trace_dir, **FAST)
     (w,) = src.capture(0.05, 5)
     assert w.outcome == "failed" and w.error is not None
     assert "401" in w.error and "WARPWATCH_SERVER_TOKEN" in w.error and "is not set" in w.error
@@ -264,28 +265,28 @@ def test_missing_token_is_explained(trace_dir: Path, standins: list[StandIn], ca
 
 def test_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
-        VllmSource("localhost:8000", tmp_path)
+        vllm_source("localhost:8000", tmp_path)
     with pytest.raises(ConfigError):
-        VllmSource("http://localhost:8000", tmp_path, flush_timeout_s=0)
+        vllm_source("http://localhost:8000", tmp_path, flush_timeout_s=0)
     with pytest.raises(ConfigError):
-        SglangSource("http://localhost:30000", tmp_path, activities=["CPU"])
+        sglang_source("http://localhost:30000", tmp_path, activities=["CPU"])
     with pytest.raises(ConfigError):
-        SglangSource("http://localhost:30000", tmp_path, expected_files=0)
+        sglang_source("http://localhost:30000", tmp_path, expected_files=0)
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     with pytest.raises(CaptureError):
-        VllmSource("http://localhost:8000", not_a_dir).start()
-    VllmSource("http://localhost:8000/", tmp_path / "later").start()  # created by the server later
+        vllm_source("http://localhost:8000", not_a_dir).start()
+    vllm_source("http://localhost:8000/", tmp_path / "later").start()  # created by the server later
 
 
 def test_labels_from_file_names(tmp_path: Path) -> None:
-    v = VllmSource("http://h:1", tmp_path)
+    v = vllm_source("http://h:1", tmp_path)
     assert v.dialect.labels_for("0a1b-rank-3.1723456789123456789.pt.trace.json.gz") == {"rank": "3"}
     assert v.dialect.labels_for("gpu-node-7_4242.1723456789123456789.pt.trace.json.gz") == {
         "process": "gpu-node-7_4242"
     }
     assert v.dialect.labels_for("worker0.pt.trace.json") == {"process": "worker0"}
-    s = SglangSource("http://h:1", tmp_path)
+    s = sglang_source("http://h:1", tmp_path)
     assert s.dialect.labels_for("1723456789.123-TP-1.trace.json.gz") == {"rank": "1"}
     assert s.dialect.labels_for("exp-1723456789.123-TP-2-DP-1-EP-3.trace.json.gz") == {
         "rank": "2",
@@ -305,7 +306,7 @@ def test_a_link_out_of_the_trace_folder_is_never_taken_for_a_rank_file(
     followed, waited for, handed over nor given up."""
     server = _vllm(standins, trace_dir, write_ranks=(0,))
     clock = PatientClock()
-    src = VllmSource(server.url, trace_dir, settle_quiet_s=0.2, late_timeout_s=0.3, clock=clock, **FAST)
+    src = vllm_source(server.url, trace_dir, settle_quiet_s=0.2, late_timeout_s=0.3, clock=clock, **FAST)
     (first,) = src.capture(0.05, 10)
     assert first.labels == {"rank": "0"}
     outside = tmp_path / "outside"

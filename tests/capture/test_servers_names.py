@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.engines.threaded import Recorded, SglangStandIn
-from warpwatch.capture.registry import build_source
-from warpwatch.capture.servers import SglangSource, VllmSource
-from warpwatch.capture.servers.sglang import SglangDialect, parse_version
+from warpwatch.capture.registry import build_source, sglang_source, vllm_source
+from warpwatch.capture.servers import Dialect, ProfilingServerSource, VllmDialect
+from warpwatch.capture.servers.sglang import DEFAULT_NUM_STEPS, SglangDialect, parse_version
+from warpwatch.capture.servers.vllm import DEFAULT_MAX_STEPS
 from warpwatch.config import Config
 from warpwatch.errors import ConfigError
 
@@ -32,7 +33,7 @@ FAST: dict[str, Any] = {
 
 # -- vLLM ----------------------------------------------------------------------------------------
 
-V = VllmSource("http://h:1", "/tmp/unused")
+V = vllm_source("http://h:1", "/tmp/unused")
 
 
 @pytest.mark.parametrize(
@@ -93,7 +94,7 @@ def test_vllm_any_name_gives_bounded_labels(name: str) -> None:
 
 # -- SGLang names and versions -------------------------------------------------------------------
 
-S = SglangSource("http://h:1", "/tmp/unused")
+S = sglang_source("http://h:1", "/tmp/unused")
 
 
 @pytest.mark.parametrize(
@@ -195,7 +196,7 @@ def test_any_server_info_answer_is_handled(answer: tuple[int, bytes], hostile: S
         return status, "application/json", body
 
     hostile.handle_get = handle_get  # type: ignore[method-assign]
-    src = SglangSource(hostile.url, hostile.trace_dir, **FAST)
+    src = sglang_source(hostile.url, hostile.trace_dir, **FAST)
     windows = src.capture(0.01, 0.3)
     assert isinstance(windows, list)
     doc: Any = None
@@ -219,9 +220,11 @@ def test_any_server_info_answer_is_handled(answer: tuple[int, bytes], hostile: S
 def test_sglang_spec_options(tmp_path: Path) -> None:
     config = Config(trace_dir=tmp_path)
     s = build_source(f"sglang:http://h:1,dir={tmp_path},profiler_dir_env=1,num_steps=3", config)
-    assert isinstance(s, SglangSource) and s.profiler_dir_env is True and s.num_steps == 3
+    assert isinstance(s, ProfilingServerSource) and isinstance(s.dialect, SglangDialect)
+    assert s.dialect.profiler_dir_env is True and s.dialect.num_steps == 3
     s = build_source(f"sglang:http://h:1,dir={tmp_path}", config)
-    assert isinstance(s, SglangSource) and s.profiler_dir_env is False and s.num_steps == 10
+    assert isinstance(s, ProfilingServerSource) and isinstance(s.dialect, SglangDialect)
+    assert s.dialect.profiler_dir_env is False and s.dialect.num_steps == 10
     with pytest.raises(ConfigError, match="profiler_dir_env must be 1 or 0, got 'maybe'"):
         build_source("sglang:http://h:1,profiler_dir_env=maybe", config)
     with pytest.raises(ConfigError, match="num_steps must be between 1 and 10000"):
@@ -246,16 +249,29 @@ def test_ranks_from_server_info(info: dict[str, object], ranks: int | None) -> N
 
 
 def test_sglang_capture_overhead_counts_the_version_requests() -> None:
-    s = SglangSource("http://h:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
+    s = sglang_source("http://h:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
     one = 3 * 10.0 + 1.0 + 2.0  # three attempts, pauses of 1 s and 2 s
     # two GETs for the version, then the start; and the wait for a stop that ends a session left open
     assert s.capture_overhead_s == 3 * one + 10.0
 
 
 def test_server_options_are_checked_once_and_kept_frozen() -> None:
-    o = VllmSource(" http://h:1/ ", "/tmp/unused", request_timeout_s=3).options
+    o = vllm_source(" http://h:1/ ", "/tmp/unused", request_timeout_s=3).options
     assert (o.kind, o.url, o.name, o.request_timeout_s) == ("vllm", "http://h:1", "vllm:http://h:1", 3.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.url = "http://other:1"  # type: ignore[misc]
     with pytest.raises(ConfigError, match="sglang source: max_retries must be >= 0"):
-        SglangSource("http://h:1", "/tmp/unused", max_retries=-1)
+        sglang_source("http://h:1", "/tmp/unused", max_retries=-1)
+
+
+def test_a_dialect_states_all_an_engine_differs_in() -> None:
+    """`Dialect` is abstract (no default to inherit by accident); each engine's source is the one
+    server source with that engine's dialect, whose histograms its served latency reads."""
+    with pytest.raises(TypeError, match="abstract"):
+        Dialect()  # type: ignore[abstract]
+    for src, dialect, engine in ((V, VllmDialect, "vllm"), (S, SglangDialect, "sglang")):
+        assert type(src) is ProfilingServerSource and type(src.dialect) is dialect
+        assert src.options.kind == dialect.kind == engine
+        assert dialect.inter_token_histograms[0] == f"{engine}:inter_token_latency_seconds"
+        assert dialect.first_token_histograms == (f"{engine}:time_to_first_token_seconds",)
+    assert V.dialect.max_steps == DEFAULT_MAX_STEPS and S.dialect.num_steps == DEFAULT_NUM_STEPS

@@ -17,7 +17,8 @@ import pytest
 from support.engines.threaded import ALEXNET, Recorded, VllmStandIn
 from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.servers import VllmSource
+from warpwatch.capture.registry import vllm_source
+from warpwatch.capture.servers import ProfilingServerSource
 
 pytestmark = pytest.mark.skipif(not ALEXNET.exists(), reason="shared traces not present")
 
@@ -66,7 +67,7 @@ def server(trace_dir: Path) -> Iterator[QueuedStandIn]:
     s.close()
 
 
-def rounds_until(src: VllmSource, done: Callable[[list[CapturedWindow]], bool]) -> list[CapturedWindow]:
+def rounds_until(src: ProfilingServerSource, done: Callable[[list[CapturedWindow]], bool]) -> list[CapturedWindow]:
     """Rounds (a 50-ms window, then 50 ms) until what they gave satisfies `done`."""
     out: list[CapturedWindow] = []
     deadline = time.monotonic() + hang_guard(5)
@@ -92,7 +93,7 @@ def test_no_start_while_a_stop_is_unanswered(server: QueuedStandIn, trace_dir: P
     a start went out once the files were in, queued behind the stop, and began a session nobody
     ended)."""
     server.hold_stop = True
-    src = VllmSource(server.url, trace_dir, delete_processed=True, flush_timeout_s=0.5, **FAST)
+    src = vllm_source(server.url, trace_dir, delete_processed=True, flush_timeout_s=0.5, **FAST)
     first = src.capture(0.05, 5)
     # No answer within flush_timeout_s: the window times out, one window per rank file seen by
     # then (both, on an idle machine; under load the stand-in's second file once came later).
@@ -118,7 +119,7 @@ def test_a_start_answered_too_late_is_ended_at_once_and_its_files_collected(
     that session right away (it may be running, and only the agent knows of it), reads its files
     as late ones, and starts nothing more until the stop is answered."""
     server.start_hold_s = 1.0
-    src = VllmSource(server.url, trace_dir, delete_processed=True, flush_timeout_s=2.0, **FAST)
+    src = vllm_source(server.url, trace_dir, delete_processed=True, flush_timeout_s=2.0, **FAST)
     (w,) = src.capture(0.05, 5)
     assert w.outcome == "failed" and w.error is not None and "did not answer" in w.error
     got = rounds_until(src, lambda got: ranks_handed([x for x in got if x.requested is None]) == ["0", "1"])

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from support.agent import parse, sample
 from support.daemonpeer import ready_pids
 from support.patience import wait_for
 from support.vllmreal import VllmServer, complete, serve
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import KinetoDaemonSource
-from warpwatch.capture.registry import build_source
-from warpwatch.capture.servers import VllmSource
+from warpwatch.capture.registry import build_source, vllm_source
+from warpwatch.capture.servers import ProfilingServerSource, VllmDialect
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
@@ -70,8 +71,9 @@ def nonzero(counts: dict[str, int]) -> dict[str, int]:
 
 def outcomes(svc: Service) -> dict[str, float]:
     got = {}
+    scraped = parse(svc.render("text/plain")[0].decode())  # what a scrape reads
     for outcome in ("ok", "empty", "failed", "timed_out"):
-        value = svc.registry.get_sample_value(md.exposed_name(md.WINDOWS), {"outcome": outcome})
+        value = sample(scraped, md.exposed_name(md.WINDOWS), outcome=outcome)
         if value:
             got[outcome] = value
     return got
@@ -81,7 +83,7 @@ def test_vllm_source_names_and_deletes_the_servers_files(server: VllmServer, roo
     """Each window: one worker file `rank0.<ns>.pt.trace.json.gz` (label rank=0) and the front end's
     `<host>_<pid>.async_llm.<ns>…` (not a window, `cpu_only`); both gone once processed."""
     profiles = root / "profiles"
-    src = VllmSource(server.url, profiles, delete_processed=True, poll_interval_s=0.1, settle_quiet_s=1.0)
+    src = vllm_source(server.url, profiles, delete_processed=True, poll_interval_s=0.1, settle_quiet_s=1.0)
     src.start()
     started = server.starts_logged()  # the module's other tests, in any order, share the server
     windows: list[CapturedWindow] = []
@@ -119,7 +121,7 @@ def test_vllm_source_spec_gives_windows_and_no_failure(server: VllmServer, root:
         delete_processed=True,
     )
     src = build_source(config.source[0], config)
-    assert isinstance(src, VllmSource)
+    assert isinstance(src, ProfilingServerSource) and isinstance(src.dialect, VllmDialect)
     svc = Service(config, sources=[src])
     src.start()
     for _ in range(3):
@@ -186,7 +188,7 @@ def test_someone_elses_profile_is_left_alone(server: VllmServer, root: Path) -> 
     profiles = root / "profiles"
     before = server.starts_logged()
     assert server.post("/start_profile") == 200  # a person
-    src = VllmSource(server.url, profiles, delete_processed=True, poll_interval_s=0.1, settle_quiet_s=1.0)
+    src = vllm_source(server.url, profiles, delete_processed=True, poll_interval_s=0.1, settle_quiet_s=1.0)
     src.start()
     (w,) = src.capture(0.3, 30)
     assert w.outcome == "failed" and w.error is not None and "someone else's" in w.error and "409" in w.error

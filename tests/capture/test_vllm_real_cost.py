@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from support.vllmreal import StreamLoad, VllmServer, serve
-from warpwatch.capture.servers import VllmSource
+from warpwatch.capture.registry import vllm_source
 from warpwatch.overhead import slowdown
 
 pytestmark = pytest.mark.slow
@@ -116,7 +116,7 @@ def client_slowdown(gaps: list[tuple[float, float, int]], spans: list[tuple[floa
 
 @pytest.mark.timeout(1200)
 def test_the_served_slowdown_agrees_with_the_clients_inter_token_gaps(server: VllmServer) -> None:
-    src = VllmSource(
+    src = vllm_source(
         server.url,
         server.profiles,
         delete_processed=True,

@@ -22,7 +22,7 @@ import pytest
 
 from support.vllmreal import VllmServer, complete, serve
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.servers import VllmSource
+from warpwatch.capture.registry import vllm_source
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_a_slow_stop_is_answered_before_any_other_start(
     profiles = root / "profiles"
     # Whole-window windows (max_steps=0): a step-bounded one ends in the worker after a few steps,
     # and its stop answers at once; the slow stop is what this test is about.
-    src = VllmSource(
+    src = vllm_source(
         server.url,
         profiles,
         delete_processed=True,

@@ -35,21 +35,27 @@ from support.agent import (
     assert_matches_analysis,
     gunzip_if,
     ok_windows,
+    parse,
     run_cli,
     sample,
     series,
     service_for,
 )
-from support.agent import service_value as value
 from support.patience import hang_guard
+from warpwatch import __version__
 from warpwatch.capture import CapturedWindow
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
-from warpwatch.export.builder import WindowResult
 from warpwatch.logs import FIELDS_ATTR
-from warpwatch.service import agent as service_module
 from warpwatch.service import window as window_module
 from warpwatch.service.agent import Service
+from warpwatch.service.fanout import CaptureFanout
+
+
+def value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), md.exposed_name(m), **labels)
+
 
 # ============================================================================================= tests
 
@@ -71,7 +77,7 @@ def test_replayed_windows_export_the_numbers_of_warpwatch_analyze(replay_agent: 
     assert_matches_analysis(samples, doc)
     assert sample(samples, "warpwatch_capture_duty_ratio") == 0.05
     assert sample(samples, "warpwatch_kernels_folded_total", gpu=0) == 0.0
-    assert sample(samples, "warpwatch_build_info", version=service_module.__version__) == 1.0
+    assert sample(samples, "warpwatch_build_info", version=__version__) == 1.0
     assert sample(samples, "warpwatch_window_processing_seconds_count") == ok_windows(samples)
 
 
@@ -192,17 +198,17 @@ def test_sigterm_stops_the_agent_within_the_window_plus_five_seconds_with_status
     [
         (
             ("--source", "dir:/x", "--window", "10s"),
-            "warpwatch: error: window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, "
-            "lengthen the period, or pass --allow-high-duty",
+            "warpwatch: error: --window 10s: 10s per 60s period is a capture duty of 17%, above 10%; shorten the "
+            "window, lengthen the period, or pass --allow-high-duty",
         ),
-        (("--source", "nfs:/x"), "warpwatch: error: source 'nfs:/x': unknown kind of source"),
+        (("--source", "nfs:/x"), "warpwatch: error: --source nfs:/x: unknown kind of source"),
         ((), "warpwatch: error: source: no source given; add one, e.g. --source dir:/var/run/traces"),
     ],
 )
 @pytest.mark.slow
-def test_bad_settings_exit_1_with_one_line(args: tuple[str, ...], message: str) -> None:
+def test_bad_settings_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
     result = run_cli("run", *args, timeout=30)
-    assert result.returncode == 1
+    assert result.returncode == 2  # a bad value (cli.EXIT_USAGE)
     assert result.stderr.splitlines()[-1].startswith(message)
     assert "Traceback" not in result.stderr
 
@@ -307,7 +313,8 @@ def test_readiness_follows_the_rounds() -> None:
 
 
 def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
-    svc = service_for(StubSource())
+    src = StubSource()
+    svc = service_for(src)
     text, text_type = svc.render("text/plain")
     om, om_type = svc.render("application/openmetrics-text; version=1.0.0")
     assert text_type.startswith("text/plain") and om_type.startswith("application/openmetrics-text")
@@ -316,8 +323,8 @@ def test_a_scrape_renders_each_snapshot_once_per_format() -> None:
     assert svc.exposition.renders == 2
     svc.render("text/plain")
     assert svc.exposition.renders == 2  # same snapshot: not rendered again
-    svc.builder.record(WindowResult("stub:1", "p", "failed"), 1.0)
-    svc.collector.publish(svc.builder.snapshot())
+    src.queue.append([CapturedWindow(source="stub:1", path=None, error="no trace")])
+    svc.run_round()  # a new snapshot
     assert b'warpwatch_windows_total{outcome="failed"} 1.0' in svc.render("text/plain")[0]
     assert svc.exposition.renders == 3
 
@@ -376,7 +383,7 @@ def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() ->
 
     src = SlowSource()
     svc = service_for(src, {"capture_grace_s": grace})
-    assert svc.rounds.fanout.bound([src], 0.05, 0.2) == 0.05 + 0.2 + grace + hang_guard()
+    assert CaptureFanout(grace_s=grace).bound([src], 0.05, 0.2) == 0.05 + 0.2 + grace + hang_guard()
     svc.run_round()
     assert value(svc, md.WINDOWS, outcome="ok") == 1
     assert value(svc, md.WINDOWS, outcome="timed_out") == 0
@@ -385,11 +392,11 @@ def test_a_round_waits_for_a_capture_as_long_as_its_source_says_it_may_take() ->
 def test_sources_state_their_capture_overhead() -> None:
     from warpwatch.capture.daemon import KinetoDaemonSource
     from warpwatch.capture.daemon.window import KINETO_FINISH_S
-    from warpwatch.capture.servers import VllmSource
+    from warpwatch.capture.registry import vllm_source
 
     daemon = KinetoDaemonSource(Path("/tmp/t"), socket_dir="/tmp/unused", start_lead_s=3.0, poll_interval_hint_s=5.0)
     # no client seen yet: twice 1.5 x 5 s + 1 s (when the agent loses configs), at most 15 s
     assert daemon.capture_overhead_s == 15.0 + 3.0 + KINETO_FINISH_S
-    vllm = VllmSource("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
+    vllm = vllm_source("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
     assert vllm.capture_overhead_s == 3 * 10.0 + 1.0 + 2.0 + 10.0  # the start; a stop ending a session left open
     assert StubSource().capture_overhead_s == 0.0

@@ -8,13 +8,18 @@ import json
 import shutil
 from pathlib import Path
 
-from support.agent import StubSource, service_for, service_value
+from support.agent import StubSource, parse, sample, service_for
 from support.dirsource import ALEXNET
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.capture import CapturedWindow
 from warpwatch.evidence.store import META_SUFFIX, TRACE_SUFFIX
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
+
+
+def value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), md.exposed_name(m), **labels)
 
 
 def own_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
@@ -24,7 +29,7 @@ def own_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
 
 def settled(svc: Service) -> Service:
     """The service once its evidence worker has kept what its rounds handed over."""
-    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(30)
+    assert svc.evidence is not None and svc.evidence.keeper.idle(30)
     return svc
 
 
@@ -69,7 +74,7 @@ def test_a_folder_that_refuses_the_keep_is_counted_and_the_window_is_exported(tm
     assert done == [True]
     assert own_value(svc, md.EVIDENCE_FAILED, reason="io_error") == 1
     assert own_value(svc, md.EVIDENCE_KEPT, reason="baseline") == 0
-    assert service_value(svc, md.WINDOWS, outcome="ok") == 1
+    assert value(svc, md.WINDOWS, outcome="ok") == 1
 
 
 def test_a_flood_of_anomalous_windows_stays_within_the_bounds(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import IO
 
-from support.agent import StubSource, service_for, service_value
+from support.agent import StubSource, parse, sample, service_for
 from support.gate import WAIT_S, Gate
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.capture import CapturedWindow
@@ -22,6 +22,12 @@ from warpwatch.config import Config
 from warpwatch.evidence.store import TRACE_SUFFIX, EvidenceStore
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
+
+
+def value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), md.exposed_name(m), **labels)
+
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -63,12 +69,12 @@ def test_the_round_finishes_while_the_copy_waits_and_the_source_deletes_the_trac
     src.queue.append([deleting(trace, done)])
     svc, store = gated_service(tmp_path, src, gate)
     svc.run_round()  # returns although the copy cannot write a byte yet
-    assert service_value(svc, md.WINDOWS, outcome="ok") == 1
+    assert value(svc, md.WINDOWS, outcome="ok") == 1
     assert done == [] and trace.exists()  # the source has not had it back
     (kid,) = set(re.findall(r'evidence_id="([^"]+)"', svc.render(OPENMETRICS)[0].decode()))
     assert store.pending(kid) and store.read_trace(kid) is None
     gate.open.set()
-    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
+    assert svc.evidence is not None and svc.evidence.keeper.idle(WAIT_S)
     assert done == [True] and not trace.exists()
     assert kept_ids(tmp_path / "ev") == [kid] and not store.pending(kid)
     assert gzip.decompress(store.read_trace(kid) or b"") == original
@@ -80,7 +86,7 @@ def test_a_full_queue_drops_the_keep_counts_it_and_gives_the_trace_back_at_once(
     done: dict[int, list[bool]] = {i: [] for i in range(6)}
     traces = {i: artefact_trace(tmp_path / f"w{i}.json", f"k{i}") for i in range(6)}
     svc, _ = gated_service(tmp_path, src, gate)
-    evidence = svc.rounds.evidence
+    evidence = svc.evidence
     assert evidence is not None and evidence.keeper.capacity == 4
     src.queue.append([deleting(traces[0], done[0])])
     svc.run_round()
@@ -109,7 +115,7 @@ def test_shutdown_abandons_the_keeps_it_cannot_wait_for_and_gives_their_traces_b
     assert own_value(svc, md.EVIDENCE_FAILED, reason="shutdown") == 2
     assert done[1] == [True] and done[2] == [True]
     gate.open.set()  # the copy in progress sees the shutdown at its next write
-    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
+    assert svc.evidence is not None and svc.evidence.keeper.idle(WAIT_S)
     assert own_value(svc, md.EVIDENCE_FAILED, reason="shutdown") == 3
     assert done[0] == [True] and not any(t.exists() for t in traces.values())
     assert list((tmp_path / "ev").iterdir()) == [] and store.windows() == []
@@ -133,10 +139,10 @@ def test_a_dir_source_that_deletes_processed_traces_keeps_the_one_being_copied(t
     assert gate.entered.wait(WAIT_S)
     write(traces / "w1.pt.trace.json", trace_doc([span(0, 1000), kernel("k1", ts=10, dur=5)]))
     svc.run_round()
-    assert service_value(svc, md.WINDOWS, outcome="ok") == 2  # w0 was not read a second time
+    assert value(svc, md.WINDOWS, outcome="ok") == 2  # w0 was not read a second time
     assert first.exists()
     gate.open.set()
-    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
+    assert svc.evidence is not None and svc.evidence.keeper.idle(WAIT_S)
     assert list(traces.iterdir()) == []
     assert original in [gzip.decompress(store.read_trace(kid) or b"") for kid in kept_ids(tmp_path / "ev")]
 
@@ -159,7 +165,7 @@ def test_a_trace_swapped_for_a_link_out_of_its_folder_while_waiting_is_not_kept(
     second.unlink()
     second.symlink_to(secret)
     gate.open.set()
-    assert svc.rounds.evidence is not None and svc.rounds.evidence.keeper.idle(WAIT_S)
+    assert svc.evidence is not None and svc.evidence.keeper.idle(WAIT_S)
     assert own_value(svc, md.EVIDENCE_FAILED, reason="io_error") == 1
     assert own_value(svc, md.EVIDENCE_KEPT, reason="artifact") == 1
     kept = [gzip.decompress(store.read_trace(kid) or b"") for kid in kept_ids(tmp_path / "ev")]
@@ -177,7 +183,7 @@ def test_a_baseline_that_finds_the_queue_full_leaves_the_hours_slot_to_the_next_
     traces = {i: artefact_trace(tmp_path / f"w{i}.json", f"k{i}") for i in range(5)}
     traces[5], traces[6] = ordinary_trace(tmp_path / "w5.json"), ordinary_trace(tmp_path / "w6.json")
     svc, _ = gated_service(tmp_path, src, gate)
-    evidence = svc.rounds.evidence
+    evidence = svc.evidence
     assert evidence is not None
     src.queue.append([deleting(traces[0], done[0])])
     svc.run_round()
@@ -213,7 +219,7 @@ def test_a_baseline_whose_copy_fails_leaves_the_hours_slot_to_the_next_window(tm
     src = StubSource()
     store = EvidenceStore(tmp_path / "ev", 1 << 20, 100, opener=FailsOnce())
     svc = service_for(src, {"evidence_store": store}, evidence_dir=tmp_path / "ev")
-    evidence = svc.rounds.evidence
+    evidence = svc.evidence
     assert evidence is not None
     for i in range(2):
         src.queue.append([CapturedWindow(source="stub:1", path=ordinary_trace(tmp_path / f"w{i}.json"))])

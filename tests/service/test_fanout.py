@@ -34,6 +34,12 @@ class Scripted(Source):
         return [CapturedWindow(self.name, None, error="none", outcome="failed")]
 
 
+class CutByItsProducer(Scripted):
+    """A source handing over windows somebody else cut (as dir: and replay: do)."""
+
+    cuts_windows = "producer"
+
+
 class GatedClock:
     """A frozen clock that cannot be read until `gate()` holds (waited for as long as `hang_guard`):
     the round's deadline cannot run out before then, however slow the machine."""
@@ -48,9 +54,15 @@ class GatedClock:
 
 
 def test_each_source_gets_its_window_and_windows_come_in_source_order() -> None:
-    chosen, replayed = Scripted("kineto-daemon"), Scripted("replay:/t")
+    chosen, replayed = Scripted("kineto-daemon"), CutByItsProducer("replay:/t")
     windows = CaptureFanout().capture([chosen, replayed], 2.0, 1.0, 0.5)
     assert [w.source for w in windows] == ["kineto-daemon", "replay:/t"]
+    assert chosen.asked == [(2.0, 0.5)] and replayed.asked == [(1.0, 0.5)]
+
+
+def test_who_cuts_the_windows_is_declared_not_read_from_the_name() -> None:
+    chosen, replayed = Scripted("dir:/looks-like-a-folder"), CutByItsProducer("stand-in")
+    CaptureFanout().capture([chosen, replayed], 2.0, 1.0, 0.5)
     assert chosen.asked == [(2.0, 0.5)] and replayed.asked == [(1.0, 0.5)]
 
 

@@ -31,6 +31,7 @@ from support.agent import (
     WINDOWS,
     Agent,
     no_traceback,
+    parse,
     sample,
     series,
     windows,
@@ -40,6 +41,11 @@ from support.patience import hang_guard
 from warpwatch.config import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
+
+
+def exposed(svc: Service, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), name, **(labels or {}))
 
 
 def errors(samples: Any, stage: str, reason: str) -> float:
@@ -157,8 +163,8 @@ def test_a_trace_that_never_arrives_times_out_each_window_and_is_logged_once(cap
             assert time.monotonic() < deadline, client.configs
             time.sleep(0.05)
         assert len(client.configs) == 3  # a config each window, never a trace
-        assert svc.registry.get_sample_value(WINDOWS, {"outcome": "timed_out"}) == 3
-        assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "timed_out"}) == 3
+        assert exposed(svc, WINDOWS, {"outcome": "timed_out"}) == 3
+        assert exposed(svc, ERRORS, {"stage": "capture", "reason": "timed_out"}) == 3
         lines = [r for r in caplog.records if r.msg == "window"]
         assert [r.levelname for r in lines] == ["WARNING", "DEBUG", "DEBUG"]  # logged once, repeats at debug
         assert "no trace file" in lines[0].warpwatch_fields["error"]  # type: ignore[attr-defined]

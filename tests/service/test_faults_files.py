@@ -39,6 +39,12 @@ from support.tracebuild import kernel, span, trace_doc
 from warpwatch.capture import CapturedWindow
 from warpwatch.export import metricdefs as md
 from warpwatch.service import window as window_module
+from warpwatch.service.agent import Service
+
+
+def exposed(svc: Service, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), name, **(labels or {}))
 
 
 def errors(samples: Any, stage: str, reason: str) -> float:
@@ -203,7 +209,7 @@ def test_a_read_error_is_counted_and_the_last_snapshot_stays(monkeypatch: pytest
     monkeypatch.setattr(window_module, "read_trace", eio)
     src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET)])
     svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "read", "reason": "io_error"}) == 1
+    assert exposed(svc, ERRORS, {"stage": "read", "reason": "io_error"}) == 1
     after = parse(svc.render("text/plain")[0].decode())
     before = parse(good.decode())
     assert series(after, md.KERNEL_TIME_SHARE.name) == series(before, md.KERNEL_TIME_SHARE.name)

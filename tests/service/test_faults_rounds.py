@@ -41,6 +41,12 @@ from warpwatch.logs import FIELDS_ATTR
 from warpwatch.service import window as window_module
 from warpwatch.service.agent import Service
 
+
+def exposed(svc: Service, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), name, **(labels or {}))
+
+
 # --------------------------------------------------------------------------------------------- start and stop
 
 
@@ -265,7 +271,7 @@ def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> N
     try:
 
         def ok() -> float:
-            return svc.registry.get_sample_value(WINDOWS, {"outcome": "ok"}) or 0.0
+            return exposed(svc, WINDOWS, {"outcome": "ok"}) or 0.0
 
         wait_for(lambda: ok() >= 1, 10, "a first round")  # it has read the clock: steps from here on are steps
         for step in (+3600.0, -7200.0, +86400.0, -86400.0 - 3600.0):
@@ -277,7 +283,7 @@ def test_wall_clock_steps_neither_stop_rounds_nor_make_durations_negative() -> N
             assert ready, reason
             assert "-" not in reason
         assert clock.offset == -7200.0
-        assert svc.registry.get_sample_value(ERRORS, {"stage": "clock", "reason": "jump"}) == 4
+        assert exposed(svc, ERRORS, {"stage": "clock", "reason": "jump"}) == 4
         text = svc.render("text/plain")[0].decode()
         samples = parse(text)
         hist = {labels: v for (name, labels), v in samples.items() if name.startswith("warpwatch_window_processing")}
@@ -299,7 +305,7 @@ def test_a_source_that_fails_every_round_is_counted_each_time_and_logged_once(
     with caplog.at_level("DEBUG", logger="warpwatch.service"):
         for _ in range(5):
             svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "raised"}) == 5
+    assert exposed(svc, ERRORS, {"stage": "capture", "reason": "raised"}) == 5
     lines = [r for r in caplog.records if r.msg == "window"]
     assert [r.levelname for r in lines] == ["WARNING"] + ["DEBUG"] * 4
 
@@ -311,8 +317,8 @@ def test_a_hanging_source_is_counted_as_timed_out_then_skipped_while_busy() -> N
     svc.run_round()
     svc.run_round()
     src.hang.set()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "timed_out"}) == 1
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "capture", "reason": "skipped_busy"}) == 1
+    assert exposed(svc, ERRORS, {"stage": "capture", "reason": "timed_out"}) == 1
+    assert exposed(svc, ERRORS, {"stage": "capture", "reason": "skipped_busy"}) == 1
 
 
 def test_an_overrun_round_is_skipped_and_counted() -> None:
@@ -329,7 +335,7 @@ def test_an_overrun_round_is_skipped_and_counted() -> None:
     assert not running.is_alive()
     src.hanging = False
     svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "round", "reason": "overrun"}) == 2
+    assert exposed(svc, ERRORS, {"stage": "round", "reason": "overrun"}) == 2
 
 
 def test_a_trace_over_the_size_limit_is_counted_as_too_large() -> None:
@@ -337,7 +343,7 @@ def test_a_trace_over_the_size_limit_is_counted_as_too_large() -> None:
     src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET)])
     svc = service_for(src, max_trace_bytes=1000)
     svc.run_round()
-    assert svc.registry.get_sample_value(ERRORS, {"stage": "read", "reason": "too_large"}) == 1
+    assert exposed(svc, ERRORS, {"stage": "read", "reason": "too_large"}) == 1
 
 
 def test_a_repeated_fault_is_logged_again_after_the_interval_with_its_count() -> None:

@@ -6,11 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from support.agent import parse, sample
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.capture import CapturedWindow, Source
+from warpwatch.capture.daemon import KinetoDaemonSource
+from warpwatch.capture.dirsource import DirSource
+from warpwatch.capture.replay import ReplaySource
+from warpwatch.capture.servers import ProfilingServerSource
 from warpwatch.config import Config
 from warpwatch.service.agent import Service
-from warpwatch.service.windowplan import WindowPlanner, agent_chooses_window
+from warpwatch.service.windowplan import WindowPlanner
+
+
+def exposed(svc: Service, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """A sample of the service's /metrics, as a scrape reads it."""
+    return sample(parse(svc.render("text/plain")[0].decode()), name, **(labels or {}))
 
 
 def test_every_tenth_window_is_a_probe_paid_for_by_the_cycle() -> None:
@@ -37,9 +47,9 @@ def test_a_long_kernel_lengthens_the_window_to_four_times_it_within_the_cap() ->
     assert not plan.observe(0.1) and plan.window == pytest.approx(6.0)  # never shortened
 
 
-def test_only_sources_that_open_their_own_windows_adapt() -> None:
-    assert agent_chooses_window("kineto-daemon") and agent_chooses_window("vllm:http://x:8000")
-    assert not agent_chooses_window("dir:/traces") and not agent_chooses_window("replay:/t")
+def test_each_source_declares_who_cuts_its_windows() -> None:
+    assert KinetoDaemonSource.cuts_windows == ProfilingServerSource.cuts_windows == "agent"
+    assert DirSource.cuts_windows == ReplaySource.cuts_windows == "producer"
 
 
 class LongKernelSource(Source):
@@ -81,7 +91,7 @@ def test_the_service_probes_then_asks_for_the_lengthened_window(tmp_path: Path) 
     # cap = 10 % of 10 s; the first window is a probe of 8 x 0.1 s that holds the 0.3 s kernel;
     # then W = min(1 s, 4 x 0.3 s)
     assert src.asked == [pytest.approx(0.8), pytest.approx(1.0), pytest.approx(1.0)]
-    assert svc.registry.get_sample_value("warpwatch_capture_window_seconds") == pytest.approx(1.0)
+    assert exposed(svc, "warpwatch_capture_window_seconds") == pytest.approx(1.0)
 
 
 def test_without_the_setting_the_window_stays_what_was_configured(tmp_path: Path) -> None:
@@ -92,4 +102,31 @@ def test_without_the_setting_the_window_stays_what_was_configured(tmp_path: Path
     for _ in range(2):
         svc.run_round()
     assert src.asked == [0.1, 0.1]
-    assert svc.registry.get_sample_value("warpwatch_capture_window_seconds") == pytest.approx(0.1)
+    assert exposed(svc, "warpwatch_capture_window_seconds") == pytest.approx(0.1)
+
+
+class CutByItsProducer(LongKernelSource):
+    """Windows somebody else cut (as `dir:` reads them): a second each, holding the long kernel,
+    whatever the agent asks for."""
+
+    cuts_windows = "producer"
+
+    def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
+        windows = super().capture(1.0, timeout_s)
+        self.asked[-1] = window_s
+        return windows
+
+
+def test_windows_their_producer_cut_are_never_probed_nor_lengthen_the_window(tmp_path: Path) -> None:
+    src = CutByItsProducer(tmp_path, kernel_s=0.3)
+    svc = Service(
+        Config(
+            source=("stand-in",), address="127.0.0.1", port=0, period=10.0, window=0.1, jitter=0.0, adaptive_window=True
+        ),
+        sources=[src],
+    )
+    for _ in range(3):
+        svc.run_round()
+    assert exposed(svc, "warpwatch_windows_total", {"outcome": "ok"}) == 3  # each held the 0.3 s kernel
+    assert src.asked == [0.1, 0.1, 0.1]  # the configured window, no probe
+    assert exposed(svc, "warpwatch_capture_window_seconds") == pytest.approx(0.1)

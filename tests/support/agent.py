@@ -315,10 +315,6 @@ def service_for(source: StubSource, service: dict[str, Any] | None = None, **con
     return Service(Config(**settings), sources=[source], **(service or {}))
 
 
-def service_value(svc: Service, m: md.MetricDef, **labels: str) -> float | None:
-    return svc.registry.get_sample_value(md.exposed_name(m), labels)
-
-
 ERRORS = md.exposed_name(md.ERRORS)
 
 

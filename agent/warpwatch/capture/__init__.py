@@ -5,8 +5,8 @@ calls `Source.capture()` once per scheduled window (never concurrently), analyse
 `CapturedWindow` it returns, and calls `CapturedWindow.done()` afterwards so the source can
 delete or forget the file. Sources never analyse and never touch Prometheus.
 
-To add a source: subclass `Source` in a module of this package and register its spec prefix in
-`warpwatch.capture.registry.build_source`.
+To add a source: subclass `Source` in a module of this package, declare who cuts its windows
+(`Source.cuts_windows`), and register its spec prefix in `warpwatch.capture.registry.build_source`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..model import Outcome
 from ..overhead import LatencySplit
 from ..sourcestats import SourceStats
 
-__all__ = ["CaptureFailure", "CapturedWindow", "Outcome", "Source", "SourceStats"]
+__all__ = ["CaptureFailure", "CapturedWindow", "Cutter", "Outcome", "Source", "SourceStats"]
 
 CaptureFailure = Literal["failed", "timed_out", "raised"]
 """Why a window came without a trace file: the source said so (failed), it took too long
@@ -61,12 +61,22 @@ class CapturedWindow:
         return "timed_out" if self.outcome == "timed_out" else "failed"
 
 
+Cutter = Literal["agent", "producer"]
+"""Who decides where a source's windows start and end (`Source.cuts_windows`)."""
+
+
 class Source(abc.ABC):
     """Where windows come from: one instance per `--source` spec. Everything the service uses of a
     source is declared here; `capture` is the one member without a default."""
 
     name: str
     """The spec as the user wrote it (used in logs and metrics)."""
+
+    cuts_windows: ClassVar[Cutter] = "agent"
+    """"agent": `capture` opens a window of the `window_s` the agent asks for, which
+    --adaptive-window lengthens after long kernels (kineto-daemon, vllm, sglang). "producer": the
+    windows were cut by whoever wrote the traces (dir:, replay:); such a source is asked for the
+    configured --window, and its kernels never lengthen the agent's window."""
 
     def start(self) -> None:  # noqa: B027 (a source without resources needs no start)
         """Acquire resources (bind sockets, check folders). Raise CaptureError to refuse."""

@@ -97,6 +97,8 @@ class _Look:
 class DirSource(Source):
     """A `Source` over a folder of finished trace files (module doc)."""
 
+    cuts_windows = "producer"  # whoever dropped the files chose their windows
+
     def __init__(
         self,
         folder: str | os.PathLike[str],

@@ -6,11 +6,11 @@
 - `kineto-daemon[:socket_dir=PATH]`: unmodified PyTorch processes started with
   `KINETO_USE_DAEMON=1` (`daemon.KinetoDaemonSource`), traces written under `trace_dir`;
 - `vllm:URL[,dir=PATH][,token_env=VAR][,expected_files=N][,max_steps=N]`: a vLLM server's
-  `/start_profile` and `/stop_profile` (`servers.VllmSource`); `dir` is its profiler folder as the
+  `/start_profile` and `/stop_profile` (`vllm_source`); `dir` is its profiler folder as the
   agent sees it (default `trace_dir`); `max_steps`: engine steps a worker records per window
   before it stops by itself (vLLM 0.32+; 0: the whole window);
 - `sglang:URL[,dir=PATH][,server_dir=PATH][,token_env=VAR][,expected_files=N][,profiler_dir_env=1]
-  [,num_steps=N]`: the same for SGLang (`servers.SglangSource`); `server_dir` is the folder as the
+  [,num_steps=N]`: the same for SGLang (`sglang_source`); `server_dir` is the folder as the
   server sees it; `profiler_dir_env=1` says the server has `SGLANG_TORCH_PROFILER_DIR` (SGLang
   before 0.4.4 dies without it); `num_steps`: steps per stage of a 0.4.7+ by-stage profile.
 
@@ -19,12 +19,17 @@ Sources with their own modules are imported only when a spec names them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..errors import ConfigError
 from . import Source
+
+if TYPE_CHECKING:
+    from .servers import ProfilingServerSource
 
 SAMPLES_ALIAS = "@samples"
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
@@ -111,10 +116,54 @@ def _daemon_source(spec: str, config: Config) -> Source:
     )
 
 
+def vllm_source(
+    url: str, trace_dir: str | os.PathLike[str], *, max_steps: int | None = None, **options: Any
+) -> ProfilingServerSource:
+    """Windows from a vLLM server's `POST /start_profile` and `POST /stop_profile`: the server
+    source with vLLM's dialect (`servers.vllm.VllmDialect`: the labels, `trace_dir`, `max_steps`,
+    default `DEFAULT_MAX_STEPS`). `options`: the other `servers.ServerOptions` settings."""
+    from .servers import ProfilingServerSource, ServerOptions, VllmDialect
+    from .servers.vllm import DEFAULT_MAX_STEPS
+
+    dialect = VllmDialect(trace_dir, DEFAULT_MAX_STEPS if max_steps is None else max_steps)
+    return ProfilingServerSource(ServerOptions.of(VllmDialect.kind, url, trace_dir, **options), dialect)
+
+
+def sglang_source(
+    url: str,
+    trace_dir: str | os.PathLike[str],
+    *,
+    server_trace_dir: str | None = None,
+    activities: Sequence[str] = ("GPU",),
+    with_stack: bool = False,
+    record_shapes: bool = False,
+    profiler_dir_env: bool = False,
+    num_steps: int | None = None,
+    **options: Any,
+) -> ProfilingServerSource:
+    """Windows from an SGLang server's `POST /start_profile` (and, before 0.4.7, `/stop_profile`):
+    the server source with SGLang's dialect (`servers.sglang.SglangDialect`: the labels and the
+    settings). `trace_dir` is the folder as the agent sees it, `server_trace_dir` as the server
+    does (default: `trace_dir`); `num_steps` defaults to `DEFAULT_NUM_STEPS`. `options`: the other
+    `servers.ServerOptions` settings."""
+    from .servers import ProfilingServerSource, ServerOptions, SglangDialect
+    from .servers.sglang import DEFAULT_NUM_STEPS
+
+    settings = ServerOptions.of(SglangDialect.kind, url, trace_dir, **options)
+    dialect = SglangDialect(
+        server_trace_dir or str(settings.trace_dir),
+        activities,
+        with_stack,
+        record_shapes,
+        profiler_dir_env,
+        DEFAULT_NUM_STEPS if num_steps is None else num_steps,
+    )
+    return ProfilingServerSource(settings, dialect)
+
+
 def _server_source(spec: str, prefix: str, config: Config) -> Source:
     # Implemented in warpwatch.capture.servers (the servers' own profiling endpoints).
-    from .servers import DEFAULT_TOKEN_ENV, SglangSource, VllmSource
-    from .servers.sglang import DEFAULT_NUM_STEPS
+    from .servers import DEFAULT_TOKEN_ENV
 
     url, _, rest = spec[len(prefix) :].partition(",")
     if not url:
@@ -127,23 +176,19 @@ def _server_source(spec: str, prefix: str, config: Config) -> Source:
     token_env = opts.get("token_env") or DEFAULT_TOKEN_ENV
     expected = _int_option(spec, opts, "expected_files")
     if prefix == "vllm:":
-        from .servers.vllm import DEFAULT_MAX_STEPS
-
-        max_steps = _int_option(spec, opts, "max_steps")
-        return VllmSource(
+        return vllm_source(
             url,
             trace_dir,
             name=spec,
             delete_processed=config.delete_processed,
             token_env=token_env,
             expected_files=expected,
-            max_steps=DEFAULT_MAX_STEPS if max_steps is None else max_steps,
+            max_steps=_int_option(spec, opts, "max_steps"),
         )
     env = opts.get("profiler_dir_env", "0").lower()
     if env not in ("0", "1", "true", "false", "yes", "no"):
         raise ConfigError(f"source {spec!r}: profiler_dir_env must be 1 or 0, got {opts['profiler_dir_env']!r}")
-    steps = _int_option(spec, opts, "num_steps")
-    return SglangSource(
+    return sglang_source(
         url,
         trace_dir,
         server_trace_dir=opts.get("server_dir"),
@@ -152,5 +197,5 @@ def _server_source(spec: str, prefix: str, config: Config) -> Source:
         token_env=token_env,
         expected_files=expected,
         profiler_dir_env=env in ("1", "true", "yes"),
-        num_steps=DEFAULT_NUM_STEPS if steps is None else steps,
+        num_steps=_int_option(spec, opts, "num_steps"),
     )

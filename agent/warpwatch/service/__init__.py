@@ -1,14 +1,15 @@
 """The long-running agent (`warpwatch run`): the one place that wires capture -> trace -> analysis -> export.
 
-`agent.Service` runs it (startup, rounds, shutdown), `rounds` is what one round does, `fanout` runs
-the sources' captures side by side, `window` turns one captured window into a result, `exposition`
-renders /metrics, `health` answers /readyz and notices clock steps, `ticker` schedules the rounds,
-`windowplan` sizes adaptive windows, `signals` stops it cleanly.
+`agent.Service` runs it (startup, rounds, shutdown), `startup` builds its pieces whole (the one
+place that wires them), `rounds` is what one round does, `fanout` runs the sources' captures side
+by side, `window` turns one captured window into a result, `exposition` renders /metrics, `health`
+answers /readyz and notices clock steps, `ticker` schedules the rounds, `windowplan` sizes
+adaptive windows, `signals` stops it cleanly.
 
     Service(config).run()  =  startup() -> wait for SIGTERM/SIGINT -> shutdown()
 
-- startup: build and start the sources (`capture.registry`), start NVML (optional), bind the
-  HTTP server, start the scheduler (`Ticker`, APScheduler 3): a round every `period` plus a random
+- startup: build (unless given) and start the sources (`capture.registry`), start NVML
+  (optional), bind the HTTP server, start the scheduler (`Ticker`, APScheduler 3): a round every `period` plus a random
   0..`jitter`, the first one at once, never two at once (a round still running when the next is
   due makes that one skip, counted as an overrun). A watchdog reschedules on a step of the wall
   clock (NTP, a VM resumed), which APScheduler alone would let stop rounds.

@@ -7,27 +7,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .. import __version__, native
 from ..capture import Source
-from ..config import Config, describe
-from ..evidence.rule import KeepRule
+from ..config import Config
 from ..evidence.store import EvidenceStore
-from ..export.evidence import EvidenceCollector
 from ..export.nvml import Nvml, NvmlReading
-from ..export.overhead import OverheadCollector
-from ..export.selfmetrics import AgentCollector
-from ..logs import event, limited_event
+from ..logs import event
 from ..membudget import MemoryBudget
-from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limits, raise_nofile
-from ..serving.webconfig import WebConfig
-from ..serving.webfile import load_web_config
-from ..trace import load_gpu_properties
-from .evidence import Evidence
-from .exposition import Exposition
-from .fanout import CAPTURE_GRACE_S, CaptureFanout
-from .health import READY_SLACK_S, Readiness
-from .rounds import Rounds
+from ..serving import HttpServer, Limits
+from .fanout import CAPTURE_GRACE_S
+from .health import READY_SLACK_S
 from .signals import handle_signals
+from .startup import Loaded, announce, assemble, begin, http_server, load_sources
 from .ticker import Ticker
 
 log = logging.getLogger("warpwatch.service")
@@ -37,7 +27,8 @@ SHUTDOWN_GRACE_S = 5.0
 
 
 class Service:
-    """The agent: startup -> rounds on a schedule -> shutdown (module doc)."""
+    """The agent: startup -> rounds on a schedule -> shutdown (module doc). Its pieces are built
+    whole by `startup`; it only starts, runs and stops them."""
 
     def __init__(
         self,
@@ -54,54 +45,39 @@ class Service:
         memory: MemoryBudget | None = None,
         evidence_store: EvidenceStore | None = None,
     ) -> None:
-        """`clock` (wall, Unix seconds) stamps windows; `monotonic` measures ages (readiness), capture
-        deadlines and clock steps. `monotonic` defaults to `time.monotonic`, or to `clock` when only
-        `clock` is given (a test then drives both with one fake). `limits` bound the HTTP server
-        (default `http_limits(Limits())`), `memory` each window's read (default: the cgroup's),
+        """`sources` default to the --source specs', built at startup. `clock` (wall, Unix seconds)
+        stamps windows; `monotonic` measures ages (readiness), capture deadlines and clock steps.
+        `monotonic` defaults to `time.monotonic`, or to `clock` when only `clock` is given (a test
+        then drives both with one fake). `limits` bound the HTTP server (default
+        `http_limits(Limits())`), `memory` each window's read (default: the cgroup's),
         `evidence_store` what `--evidence-dir` keeps (default: a store on that folder)."""
         self.config = config
         self._build_sources = sources is None
         self.sources: list[Source] = list(sources) if sources is not None else []
         self.nvml = nvml if nvml is not None else Nvml()
-        monotonic = monotonic or (time.monotonic if clock is time.time else clock)
-        self.shutdown_grace_s = shutdown_grace_s
-        self.limits = limits
-        self.memory = memory if memory is not None else MemoryBudget.detect()
-        """The memory limit, which sizes each window's read (`membudget`)."""
+        self._memory = memory if memory is not None else MemoryBudget.detect()
+        self._shutdown_grace_s = shutdown_grace_s
+        self._limits = limits
         self._stopping = threading.Event()
-        self.exposition = Exposition()
-        self.registry, self.collector = self.exposition.registry, self.exposition.collector
-        self.rounds = Rounds(
+        p = assemble(
             config,
-            exposition=self.exposition,
             nvml=self.nvml,
             clock=clock,
-            monotonic=monotonic,
-            fanout=CaptureFanout(grace_s=capture_grace_s, monotonic=monotonic),
-            memory=self.memory,
+            monotonic=monotonic or (time.monotonic if clock is time.time else clock),
+            memory=self._memory,
             stopping=self._stopping.is_set,
+            on_period=self._set_period,
+            capture_grace_s=capture_grace_s,
+            ready_slack_s=ready_slack_s,
+            evidence_store=evidence_store,
         )
-        self.builder = self.rounds.builder
-        self.rounds.on_period = self._set_period
-        self.exposition.add_own(OverheadCollector(self.rounds.overhead.view))
-        if config.evidence_dir is not None:
-            self._keep_evidence(
-                evidence_store
-                or EvidenceStore(config.evidence_dir, config.evidence_bytes, config.evidence_files, clock),
-                clock,
-            )
-        self.ready = Readiness(config, monotonic, ready_slack_s, period=self.rounds.period_now)
-        self.web: WebConfig | None = None
-        """TLS / basic auth for every HTTP path (exporter-toolkit web config), when configured."""
+        self.exposition, self.rounds, self.ready, self.evidence = p.exposition, p.rounds, p.readiness, p.evidence
+        self._loaded = Loaded(web=None, gpu_properties=None)
+        """What startup reads from the files the settings name (nothing before it)."""
         self._server: HttpServer | None = None
         self._scheduler: Ticker | None = None
         self._round_lock = threading.Lock()
         self._round_count = 0
-
-    def _keep_evidence(self, store: EvidenceStore, clock: Callable[[], float]) -> None:
-        """--evidence-dir: the rounds offer their windows to the keep rule; its metrics are the agent's."""
-        self.rounds.evidence = Evidence(store, KeepRule(), clock, self.rounds.repeats)
-        self.exposition.add_own(EvidenceCollector(self.rounds.evidence.view))
 
     @property
     def port(self) -> int:
@@ -118,24 +94,21 @@ class Service:
         """Start everything; raise WarpwatchError (nothing left running) when that is impossible."""
         c = self.config
         if self._build_sources:  # a bad --source is its one-line error, before any start-up line
-            from ..capture.registry import build_source
-
-            self.sources = [build_source(spec, c) for spec in c.source]
-            self._build_sources = False
-        event(log, "starting", version=__version__, compiled=native.describe(), **describe(c))
-        event(log, "memory_budget", **self.memory.describe(c.max_trace_bytes))
-        raise_nofile()  # before anything holds descriptors; the HTTP server is sized from the result
-        self.web = load_web_config(c.web_config) if c.web_config is not None else None
-        if c.gpu_properties is not None:
-            self.rounds.gpu_properties = load_gpu_properties(c.gpu_properties)
-        self._open_evidence()
+            self.sources, self._build_sources = load_sources(c), False
+        self._loaded = loaded = begin(c, self._memory)
+        if self.evidence is not None:
+            self.evidence.open()
         try:
             for src in self.sources:
                 src.start()
                 event(log, "source_started", source=src.name)
             if self.nvml.start():
                 self.rounds.publish_nvml(NvmlReading(True))
-            self._start_http()
+            self._server = http_server(
+                c, self.exposition, self.readiness, self.evidence, self.sources, loaded.web, self._limits
+            )
+            self._server.start()
+            announce(self._server, c, loaded.web)
             self.ready.started()
             self._scheduler = Ticker(self.tick, c.period, c.jitter)
             self._scheduler.start()
@@ -143,64 +116,13 @@ class Service:
             self._stop_all()
             raise
 
-    def _open_evidence(self) -> None:
-        """The evidence folder, created and read; one that cannot be is logged, and each keep then
-        fails on its own, counted (`warpwatch_evidence_failed_total`)."""
-        if self.rounds.evidence is None:
-            return
-        store = self.rounds.evidence.store
-        try:
-            store.open()
-        except OSError as exc:
-            event(
-                log, "evidence_unavailable", logging.WARNING, folder=str(store.folder), error=exc.strerror or str(exc)
-            )
-        else:
-            event(
-                log,
-                "evidence_opened",
-                folder=str(store.folder),
-                windows=len(store.windows()),
-                bytes=store.total_bytes(),
-            )
-
-    def _start_http(self) -> None:
-        c = self.config
-        endpoints = Endpoints(
-            self.exposition.render,
-            self.readiness,
-            self.web,
-            evidence=self.rounds.evidence.store if self.rounds.evidence is not None else None,
-        )
-        limits = self.limits if self.limits is not None else http_limits(Limits())
-        self._server = server = HttpServer(endpoints, c.address, c.port, web=self.web, limits=limits)
-        self.exposition.add_own(AgentCollector(http=server, sources=self.sources))
-        server.start()
-        host, scheme = c.address, "https" if self.web is not None and self.web.tls is not None else "http"
-        event(
-            log,
-            "listening",
-            address=host,
-            port=self.port,
-            url=f"{scheme}://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.port}/metrics",
-            **describe_limits(server.limits),
-        )
-
     def tick(self) -> None:
         """A round is due: start it in its own daemon thread (a round stuck in a capture must not
         keep the process alive after SIGTERM), or count an overrun if one still runs."""
         if self._stopping.is_set():
             return
         if self._round_lock.locked():
-            self.rounds.late_faults.append(("round", "overrun"))
-            limited_event(
-                log,
-                self.rounds.repeats,
-                ("round_skipped",),
-                "round_skipped",
-                logging.WARNING,
-                reason=f"the previous round is still running after the {self.rounds.period_now():g}s period",
-            )
+            self.rounds.overrun()
             return
         threading.Thread(target=self.run_round, name="warpwatch-round", daemon=True).start()
 
@@ -227,7 +149,7 @@ class Service:
             return
         self._stopping.set()
         event(log, "stopping")
-        wait = self.config.window + self.shutdown_grace_s
+        wait = self.config.window + self._shutdown_grace_s
         deadline = time.monotonic() + wait
         self._stop_scheduler()
         finished = self._round_lock.acquire(timeout=wait)
@@ -243,8 +165,8 @@ class Service:
 
     def _stop_all(self, abandoned: bool = False, wait: float = 0.0, drain_s: float = 0.0) -> None:
         self._stop_scheduler()
-        if self.rounds.evidence is not None:  # before the sources close: it gives their traces back
-            self.rounds.evidence.close(drain_s)
+        if self.evidence is not None:  # before the sources close: it gives their traces back
+            self.evidence.close(drain_s)
         for src in self.sources:
             try:
                 src.close()
@@ -269,7 +191,7 @@ class Service:
         if self._stopping.is_set() or not self._round_lock.acquire(blocking=False):
             return
         try:
-            self.rounds.run(self.sources)
+            self.rounds.run(self.sources, self._loaded.gpu_properties)
         except Exception as exc:
             self.rounds.failed(exc)
         finally:

@@ -78,6 +78,28 @@ class Evidence:
         self._kept = dict.fromkeys(REASONS, 0)
         self._failed: dict[str, int] = dict.fromkeys(FAIL_REASONS, 0)
 
+    def open(self) -> None:
+        """The folder created and read (at startup); one that cannot be is logged, and each keep then
+        fails on its own, counted (`warpwatch_evidence_failed_total`)."""
+        try:
+            self.store.open()
+        except OSError as exc:
+            event(
+                log,
+                "evidence_unavailable",
+                logging.WARNING,
+                folder=str(self.store.folder),
+                error=exc.strerror or str(exc),
+            )
+        else:
+            event(
+                log,
+                "evidence_opened",
+                folder=str(self.store.folder),
+                windows=len(self.store.windows()),
+                bytes=self.store.total_bytes(),
+            )
+
     def offer(self, cw: CapturedWindow, analysis: WindowAnalysis | None, release: Callable[[], None]) -> str | None:
         """Judge one analysed window; when the rule keeps it, hand its trace to the keeper and return
         the id it is being kept as. `release` gives the trace back to its source: called once, after

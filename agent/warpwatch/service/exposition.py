@@ -3,6 +3,8 @@ format, followed by the agent's own process metrics, rendered at each scrape."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.gc_collector import GCCollector
@@ -19,7 +21,8 @@ EOF_LINE = b"# EOF\n"
 class Exposition:
     """The two registries behind /metrics and the render cache (one entry per content type)."""
 
-    def __init__(self, collector: SnapshotCollector | None = None) -> None:
+    def __init__(self, collector: SnapshotCollector | None = None, own: Iterable[Collector] = ()) -> None:
+        """`own`: the agent's own collectors beside its footprint (`add_own`), rendered at each scrape."""
         self.collector = collector if collector is not None else SnapshotCollector()
         self.registry = CollectorRegistry()
         """The warpwatch_* metrics: the current snapshot, rendered once per snapshot and format."""
@@ -29,6 +32,8 @@ class Exposition:
         ProcessCollector(registry=self.self_registry)
         PlatformCollector(registry=self.self_registry)
         GCCollector(registry=self.self_registry)
+        for c in own:
+            self.add_own(c)
         self._rendered: dict[str, tuple[Snapshot, bytes]] = {}
         self.renders = 0
         """How many times a snapshot's part was rendered (a scrape of an unchanged one renders none)."""

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 
 from ..capture import CapturedWindow, Source
 from ..logs import event
-from .windowplan import agent_chooses_window
 
 log = logging.getLogger("warpwatch.service")
 
@@ -45,8 +44,9 @@ class CaptureFanout:
         timeout_s: float,
         on_busy: Callable[[Source], None] = lambda source: None,
     ) -> list[CapturedWindow]:
-        """Every source's windows, in source order. Sources where the agent chooses the window get
-        `window_s`, the others `fixed_window_s`; a source still busy is skipped (`on_busy`)."""
+        """Every source's windows, in source order. Sources whose windows the agent cuts
+        (`Source.cuts_windows`) get `window_s`, the others `fixed_window_s`; a source still busy is
+        skipped (`on_busy`)."""
         out: dict[int, list[CapturedWindow]] = {}
         threads: list[threading.Thread] = []
         started: set[int] = set()
@@ -57,7 +57,7 @@ class CaptureFanout:
                     continue
                 self._busy.add(src)
             started.add(i)
-            window = window_s if agent_chooses_window(src.name) else fixed_window_s
+            window = window_s if src.cuts_windows == "agent" else fixed_window_s
             event(log, "capture_started", logging.DEBUG, source=src.name, window_s=window)
             t = threading.Thread(
                 target=self._one, args=(src, window, timeout_s, out, i), name=f"warpwatch-capture-{i}", daemon=True

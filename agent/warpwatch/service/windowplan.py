@@ -3,8 +3,8 @@ kernels comparable to it show up. Pure logic; the service asks it for each round
 
 Kineto keeps only activities wholly inside the window: a kernel of duration d is captured with
 probability (W - d)/W and never when d >= W, so a workload of long kernels reads as idle. For the
-sources where the agent chooses the window (kineto-daemon, vLLM, SGLang, in-process; not dir: or
-replay:, whose producer chose it), the planner
+sources whose windows the agent cuts (`Source.cuts_windows == "agent"`: kineto-daemon, vLLM,
+SGLang; not dir: or replay:, whose producer cut them), the planner
 
 - opens every `probe_every`-th window (the first one included) as a *probe* of
   `probe_factor` x W, shortened so that the average duty over a cycle of `probe_every` rounds stays
@@ -27,12 +27,6 @@ from dataclasses import dataclass, field
 PROBE_EVERY = 10
 PROBE_FACTOR = 8.0
 HEADROOM = 4.0
-
-
-def agent_chooses_window(source_name: str) -> bool:
-    """True for sources that open windows of the length the agent asks for; dir: and replay:
-    read windows somebody else cut."""
-    return not source_name.startswith(("dir:", "replay:"))
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""What `VllmSource` and `SglangSource` share: one window through a server's own profiler.
+"""One window through a server's own profiler: the source every profiling server shares.
 
 A window is:
 
@@ -26,9 +26,10 @@ disabled, refused token, server unreachable or gone) the source backs off expone
 touching the server. Windows not opened on purpose are counted by reason in `stats()`
 (`sourcestats.SKIP_REASONS`), trace files by kind (`sourcestats.FILE_KINDS`).
 
-A source is its settings (`options.ServerOptions`) and its server's `dialect.Dialect`; what it
-keeps between rounds lives in three objects it composes: the back-off and the skipped windows
-(`dialect.Backoff`), the trace folder's sessions and file counts (`files.SessionFiles`) and the
+A source is its settings (`options.ServerOptions`) and its server's `dialect.Dialect` (each
+engine's pair is made by `capture.registry.vllm_source` and `sglang_source`); what it keeps
+between rounds lives in three objects it composes: the back-off and the skipped windows
+(`backoff.Backoff`), the trace folder's sessions and file counts (`files.SessionFiles`) and the
 stops (`stops.StopTracker`).
 """
 
@@ -43,11 +44,12 @@ from ...overhead import LatencySplit
 from ...sourcestats import SourceStats
 from .. import CapturedWindow, Source
 from ..folders import check_start_folder
+from .backoff import Backoff
 from .client import Reply, RequestFailed, ServerClient, reply_error
-from .dialect import Backoff, Dialect
+from .dialect import Dialect
 from .files import SessionFiles
 from .options import DEFAULT_TOKEN_ENV, ServerOptions
-from .servedlatency import FIRST_TOKEN, HISTOGRAMS, ServedLatency
+from .servedlatency import ServedLatency
 from .session import Session
 from .stops import StopTracker
 
@@ -60,7 +62,7 @@ class ProfilingServerSource(Source):
     """Windows through a server's profiler: `options` (checked settings) and `dialect` (what the
     server's requests and trace names are), see the module docstring."""
 
-    kind = "server"
+    cuts_windows = "agent"
 
     def __init__(self, options: ServerOptions, dialect: Dialect) -> None:
         self.options = options
@@ -83,10 +85,10 @@ class ProfilingServerSource(Source):
         self._files = SessionFiles(options, dialect, self._closed)
         self._stops = StopTracker(options, self._client, dialect, self._backoff, self._files)
         self._served = ServedLatency(
-            HISTOGRAMS.get(self.kind, ()),
+            dialect.inter_token_histograms,
             self._read_metrics,
             name=self.name,
-            first_token=FIRST_TOKEN.get(self.kind, ()),
+            first_token=dialect.first_token_histograms,
         )
 
     # -- Source protocol -----------------------------------------------------------------

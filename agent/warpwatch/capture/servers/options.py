@@ -26,9 +26,10 @@ _SECONDS = (
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """What `VllmSource` and `SglangSource` are given (see `base` for what each setting does).
+    """What a profiling-server source is given (see `base` for what each setting does).
 
-    `kind` is the engine ("vllm", "sglang"): it starts each error message and the default `name`.
+    `kind` is the engine (its dialect's `Dialect.kind`): it starts each error message and the
+    default `name`.
     `url` is kept without surrounding blanks and trailing slashes; seconds are kept as floats.
     """
 

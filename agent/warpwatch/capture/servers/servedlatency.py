@@ -12,7 +12,8 @@ inter-token histogram did not move while each new request waited 21 s for its fi
 and counts, added over every label set (engines, models), are read just before a window starts and
 just after it ended; the difference is the window's share, and the difference from the previous
 window's end the share of the time between windows (`overhead.LatencySplit`). Where the engine has
-no first-token histogram, the inter-token one alone is used.
+no first-token histogram, the inter-token one alone is used. Each engine's names are its dialect's
+(`Dialect.inter_token_histograms`, `Dialect.first_token_histograms`).
 """
 
 from __future__ import annotations
@@ -28,17 +29,6 @@ from typing import NamedTuple
 from ...overhead import LatencySplit
 
 log = logging.getLogger("warpwatch.capture.servers")
-
-HISTOGRAMS: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "sglang": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
-}
-"""Per engine, the inter-token latency histogram's names, newest first."""
-FIRST_TOKEN: dict[str, tuple[str, ...]] = {
-    "vllm": ("vllm:time_to_first_token_seconds",),
-    "sglang": ("sglang:time_to_first_token_seconds",),
-}
-"""Per engine, the time-to-first-token histogram's names, added to the inter-token one's."""
 
 
 class Sums(NamedTuple):

@@ -37,20 +37,19 @@ reason, counted `unsafe_request`, backed off.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from ...errors import ConfigError
 from .. import CapturedWindow
-from .base import ProfilingServerSource
+from .backoff import Backoff
 from .client import Reply, RequestFailed, ServerClient, reply_error
-from .dialect import Backoff, Dialect
+from .dialect import Dialect
 from .options import ServerOptions
 from .session import Session
 
-__all__ = ["SglangDialect", "SglangSource"]
+__all__ = ["DEFAULT_NUM_STEPS", "SglangDialect"]
 
 _SUFFIX = ".trace.json.gz"
 _NAME = re.compile(
@@ -82,8 +81,18 @@ windows reported missing)."""
 
 class SglangDialect(Dialect):
     """SGLang's requests, which depend on the version read before each start (`before_start`),
-    and its trace names (see `SglangSource` for the settings and the labels)."""
+    and its trace names.
 
+    `server_trace_dir` is the trace folder as the server sees it, sent as `output_dir`.
+    `activities` are SGLang's names ("CPU", "GPU"). `profiler_dir_env`: the server's environment
+    has `SGLANG_TORCH_PROFILER_DIR` (needed before 0.4.4, see the module doc). `num_steps`: steps
+    per stage of a by-stage session (0.4.7+). Labels: `{"rank": TP rank}` plus
+    `dp_rank`/`pp_rank`/`ep_rank` when the file name has them, else `{"process": file stem}`.
+    """
+
+    kind = "sglang"
+    inter_token_histograms = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
+    first_token_histograms = ("sglang:time_to_first_token_seconds",)
     requests_before_start = 2  # GET /get_server_info, then /server_info where that is gone
 
     def __init__(
@@ -254,6 +263,9 @@ class SglangDialect(Dialect):
     def is_trace_name(self, name: str) -> bool:
         return name.endswith(_SUFFIX) and not name.startswith("merged-")
 
+    def is_worker_trace(self, name: str) -> bool:
+        return True  # every file it writes is a rank's (`merged-` ones are no trace here)
+
     def labels_for(self, name: str) -> dict[str, str]:
         m = _NAME.match(name)
         if m is None:
@@ -272,58 +284,7 @@ class SglangDialect(Dialect):
             "SGLANG_TORCH_PROFILER_DIR, else /tmp."
         )
 
-
-class SglangSource(ProfilingServerSource):
-    """Windows from an SGLang server's `POST /start_profile` (and, before 0.4.7, `/stop_profile`).
-
-    `trace_dir` is the folder as the agent sees it; `server_trace_dir` is the same folder as the
-    server sees it, sent as `output_dir` (default: `trace_dir`). `activities` are SGLang's
-    names ("CPU", "GPU"). `profiler_dir_env`: the server's environment has
-    `SGLANG_TORCH_PROFILER_DIR` (needed before 0.4.4, see the module doc). `num_steps`: steps
-    per stage of a by-stage session (0.4.7+). Labels: `{"rank": TP rank}` plus
-    `dp_rank`/`pp_rank`/`ep_rank` when the file name has them, else `{"process": file stem}`.
-    """
-
-    kind = "sglang"
-    dialect: SglangDialect
-
-    def __init__(
-        self,
-        url: str,
-        trace_dir: str | os.PathLike[str],
-        *,
-        server_trace_dir: str | None = None,
-        activities: Sequence[str] = ("GPU",),
-        with_stack: bool = False,
-        record_shapes: bool = False,
-        profiler_dir_env: bool = False,
-        num_steps: int = DEFAULT_NUM_STEPS,
-        **options: Any,
+    def inspect_windows(
+        self, source: str, trace_dir: Path, windows: list[CapturedWindow], files: Mapping[str, int]
     ) -> None:
-        settings = ServerOptions.of(self.kind, url, trace_dir, **options)
-        dialect = SglangDialect(
-            server_trace_dir or str(settings.trace_dir),
-            activities,
-            with_stack,
-            record_shapes,
-            profiler_dir_env,
-            num_steps,
-        )
-        super().__init__(settings, dialect)
-
-    @property
-    def version(self) -> tuple[int, int, int] | None:
-        """The server's version as last read."""
-        return self.dialect.version
-
-    @property
-    def server_trace_dir(self) -> str:
-        return self.dialect.server_trace_dir
-
-    @property
-    def profiler_dir_env(self) -> bool:
-        return self.dialect.profiler_dir_env
-
-    @property
-    def num_steps(self) -> int:
-        return self.dialect.num_steps
+        """Nothing to look at: the start request sets what the profiler records (stacks, shapes)."""

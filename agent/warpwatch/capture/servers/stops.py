@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 
 from .. import CapturedWindow
+from .backoff import Backoff
 from .client import InFlight, RequestFailed, ServerClient, reply_error
-from .dialect import Backoff, Dialect
+from .dialect import Dialect
 from .files import SessionFiles
 from .options import ServerOptions
 
@@ -67,9 +68,9 @@ class StopTracker:
 
     def in_background(self, retry_deadline: float) -> InFlight:
         """POST /stop_profile, its answer awaited up to `late_timeout_s` (retries of attempts that
-        never reached the server only until `retry_deadline`)."""
+        never reached the server only until `retry_deadline`). No engine's stop takes a body."""
         timeout = max(self.late_timeout_s, self.request_timeout_s)
-        call = InFlight(self._client, "POST", "/stop_profile", self._dialect.stop_body(), timeout, retry_deadline)
+        call = InFlight(self._client, "POST", "/stop_profile", None, timeout, retry_deadline)
         self._call = call
         return call
 
@@ -111,7 +112,7 @@ class StopTracker:
 
     def stop_quietly(self) -> None:
         try:
-            self._client.request_once("POST", "/stop_profile", self._dialect.stop_body(), self.request_timeout_s)
+            self._client.request_once("POST", "/stop_profile", None, self.request_timeout_s)
             self.maybe_active = False
         except RequestFailed as exc:
             log.warning("%s: POST /stop_profile at shutdown: %s", self.name, exc)

@@ -40,18 +40,17 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from ...errors import ConfigError
 from .. import CapturedWindow
-from .base import ProfilingServerSource
-from .client import Reply
+from .backoff import Backoff
+from .client import Reply, ServerClient
 from .dialect import Dialect
 from .options import ServerOptions
 from .profilerextras import recorded_extras
 from .session import Session
 
-__all__ = ["VllmDialect", "VllmSource"]
+__all__ = ["DEFAULT_MAX_STEPS", "VllmDialect"]
 
 log = logging.getLogger("warpwatch.capture.servers")
 
@@ -79,7 +78,20 @@ def _worker(name: str) -> str:
 
 class VllmDialect(Dialect):
     """vLLM's requests (the start's `max_iterations`, a 409 for a profile already running) and
-    trace names (see `VllmSource` for the labels)."""
+    trace names. Every start is safe and its stop answers once the workers have written their traces.
+
+    Labels: `{"rank": N}` from `{instance_id}-rank-{N}` worker names; from v0.17 names also
+    `dp_rank`, `pp_rank`, `tp_rank`, `dcp_rank`, `ep_rank`; else `{"process": worker}`
+    (`{host}_{pid}`; the time stamp is left out so that the label's values stay bounded).
+    `trace_dir` is the server's profiler folder as the agent sees it (`torch_profiler_dir` of
+    `--profiler-config`, or `VLLM_TORCH_PROFILER_DIR` before v0.13), named in `enable_hint`;
+    `max_steps`: engine steps a worker records per window (`max_iterations`; 0: the whole window).
+    """
+
+    kind = "vllm"
+    inter_token_histograms = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+    first_token_histograms = ("vllm:time_to_first_token_seconds",)
+    requests_before_start = 0
 
     def __init__(self, trace_dir: str | os.PathLike[str], max_steps: int = DEFAULT_MAX_STEPS) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 0 <= max_steps <= MAX_STEPS_LIMIT:
@@ -124,6 +136,9 @@ class VllmDialect(Dialect):
                     ", ".join(f'"{e}": false' for e in extras),
                 )
 
+    def before_start(self, client: ServerClient, options: ServerOptions, backoff: Backoff) -> CapturedWindow | None:
+        return None  # every version takes the start the agent sends
+
     def start_body(self) -> bytes | None:
         return json.dumps({"max_iterations": self.max_steps}).encode() if self.max_steps else None
 
@@ -132,6 +147,18 @@ class VllmDialect(Dialect):
 
     def is_worker_trace(self, name: str) -> bool:
         return not _worker(name).endswith(_FRONT_END)
+
+    def stop_waits_for_files(self) -> bool:
+        return True
+
+    def expected(self, expected_files: int | None) -> int | None:
+        return expected_files  # the server does not report its workers
+
+    def step_bounded(self) -> bool:
+        return False  # `max_iterations` ends the recording, not the session: a stop is still sent
+
+    def session_filter(self) -> Callable[[str], bool] | None:
+        return None
 
     def labels_for(self, name: str) -> dict[str, str]:
         worker = _worker(name)
@@ -163,29 +190,3 @@ class VllmDialect(Dialect):
             f'\'{{"profiler": "torch", "torch_profiler_dir": "{self.trace_dir}"}}\', '
             f"or older vLLM with VLLM_TORCH_PROFILER_DIR={self.trace_dir}."
         )
-
-
-class VllmSource(ProfilingServerSource):
-    """Windows from a vLLM server's `POST /start_profile` and `POST /stop_profile`.
-
-    `trace_dir` is the server's profiler folder as the agent sees it (`torch_profiler_dir` of
-    `--profiler-config`, or `VLLM_TORCH_PROFILER_DIR` before v0.13). Labels: `{"rank": N}` from
-    `{instance_id}-rank-{N}` worker names; from v0.17 names also `dp_rank`, `pp_rank`, `tp_rank`,
-    `dcp_rank`, `ep_rank`; else `{"process": worker}` (`{host}_{pid}`; the time stamp is left
-    out so that the label's values stay bounded). See `base` for the window and the
-    other parameters.
-    """
-
-    kind = "vllm"
-    dialect: VllmDialect
-
-    def __init__(
-        self, url: str, trace_dir: str | os.PathLike[str], *, max_steps: int = DEFAULT_MAX_STEPS, **options: Any
-    ) -> None:
-        dialect = VllmDialect(trace_dir, max_steps)
-        super().__init__(ServerOptions.of(self.kind, url, trace_dir, **options), dialect)
-
-    @property
-    def max_steps(self) -> int:
-        """Engine steps a worker records per window (`max_iterations`; 0: the whole window)."""
-        return self.dialect.max_steps
