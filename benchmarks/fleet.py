@@ -9,7 +9,8 @@
    scraped value every minute), written as OpenMetrics and turned into blocks by `promtool tsdb
    create-blocks-from openmetrics`.
 3. The recording rules are backfilled (`promtool tsdb create-blocks-from rules`; new: tier by tier).
-4. Every dashboard query (variables at their defaults: f2305fe's All, the new boards' first item) runs
+4. Every dashboard query (variables: f2305fe's All; the new boards one pod, the first item, which the
+   boards opened on before issue 47 and which a user picks on a large fleet) runs
    as Grafana would (range queries at the panel's step, `$__range` tables as instant queries), and
    every rule expression as an instant query, through the HTTP API with `stats=all`.
 

@@ -148,39 +148,34 @@ def test_sizes(text: str, size: int) -> None:
     [
         (
             {"WARPWATCH_PERIOD": "10 parsecs"},
-            "period (WARPWATCH_PERIOD): invalid value '10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h",
+            "WARPWATCH_PERIOD='10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h",
         ),
         (
             {"WARPWATCH_MAX_TRACE_BYTES": "lots"},
-            "max_trace_bytes (WARPWATCH_MAX_TRACE_BYTES): invalid value 'lots': expected a size such as 4096, "
-            "512MiB, 2GiB",
+            "WARPWATCH_MAX_TRACE_BYTES=lots: expected a size such as 4096, 512MiB, 2GiB",
         ),
-        (
-            {"WARPWATCH_TOP_KERNELS": "many"},
-            "top_kernels (WARPWATCH_TOP_KERNELS): invalid value 'many': invalid literal for int() with base 10: 'many'",
-        ),
-        (
-            {"WARPWATCH_LOG_FORMAT": "xml"},
-            "log_format (WARPWATCH_LOG_FORMAT): invalid value 'xml': expected one of text, json",
-        ),
-        (
-            {"WARPWATCH_ALLOW_HIGH_DUTY": "maybe"},
-            "allow_high_duty (WARPWATCH_ALLOW_HIGH_DUTY): invalid value 'maybe': expected true or false",
-        ),
+        ({"WARPWATCH_TOP_KERNELS": "many"}, "WARPWATCH_TOP_KERNELS=many: expected an integer"),
+        ({"WARPWATCH_LOG_FORMAT": "xml"}, "WARPWATCH_LOG_FORMAT=xml: expected one of text, json"),
+        ({"WARPWATCH_ALLOW_HIGH_DUTY": "maybe"}, "WARPWATCH_ALLOW_HIGH_DUTY=maybe: expected true or false"),
         (
             {"WARPWATCH_WINDOW": "10s"},
-            "window: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, lengthen the "
-            "period, or pass --allow-high-duty",
+            "WARPWATCH_WINDOW=10s: 10s per 60s period is a capture duty of 17%, above 10%; shorten the window, "
+            "lengthen the period, or pass --allow-high-duty",
         ),
-        ({"WARPWATCH_WINDOW": "2m"}, "window: must be shorter than period (window 120s, period 60s)"),
-        ({"WARPWATCH_PERIOD": "0"}, "period: must be greater than 0 (got 0s)"),
-        ({"WARPWATCH_JITTER": "90s"}, "jitter: must be shorter than period (jitter 90s, period 60s)"),
-        ({"WARPWATCH_PORT": "70000"}, "port: must be between 0 and 65535 (got 70000)"),
-        ({"WARPWATCH_TOP_KERNELS": "0"}, "top_kernels: must be between 1 and 10000 (got 0)"),
-        ({"WARPWATCH_RETENTION_FILES": "-1"}, "retention_files: must not be negative (0 means no bound; got -1)"),
+        ({"WARPWATCH_WINDOW": "2m"}, "WARPWATCH_WINDOW=2m: must be shorter than the period (the default period 60s)"),
+        ({"WARPWATCH_PERIOD": "0"}, "WARPWATCH_PERIOD=0: must be greater than 0"),
+        ({"WARPWATCH_PERIOD": "-5s"}, "WARPWATCH_PERIOD=-5s: must be greater than 0"),
+        ({"WARPWATCH_JITTER": "90s"}, "WARPWATCH_JITTER=90s: must be shorter than the period (the default period 60s)"),
+        ({"WARPWATCH_PORT": "70000"}, "WARPWATCH_PORT=70000: must be between 0 and 65535"),
+        ({"WARPWATCH_TOP_KERNELS": "0"}, "WARPWATCH_TOP_KERNELS=0: must be between 1 and 10000"),
+        ({"WARPWATCH_RETENTION_FILES": "-1"}, "WARPWATCH_RETENTION_FILES=-1: must not be negative (0 means no bound)"),
+        (
+            {"WARPWATCH_RETENTION_BYTES": "-1MiB"},
+            "WARPWATCH_RETENTION_BYTES=-1MiB: must not be negative (0 means no bound)",
+        ),
         (
             {"WARPWATCH_GPU_PROPERTIES": "/nonexistent/props.json"},
-            "gpu_properties: file '/nonexistent/props.json' does not exist or is not a file",
+            "WARPWATCH_GPU_PROPERTIES=/nonexistent/props.json: does not exist or is not a file",
         ),
     ],
 )
@@ -233,9 +228,7 @@ def test_a_bad_value_in_the_file_names_the_key_and_the_file(tmp_path: Path) -> N
     yml.write_text("source: dir:/x\nperiod: soon\n")
     with pytest.raises(ConfigError) as info:
         load_config({}, {}, yml)
-    assert str(info.value) == (
-        f"period (period in {yml}): invalid value 'soon': expected a duration such as 500ms, 10s, 2m, 1h"
-    )
+    assert str(info.value) == f"period: soon (in {yml}): expected a duration such as 500ms, 10s, 2m, 1h"
 
 
 def test_a_missing_or_broken_config_file_is_a_config_error(tmp_path: Path) -> None:

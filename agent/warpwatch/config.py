@@ -269,12 +269,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help=help_text,
             )
         else:
+            # A fixed set of values shows as {a,b} in the usage and the help; `configload` checks it
+            # (case-insensitively, and naming the flag as the environment and the file are named).
             parser.add_argument(
                 s.flag,
                 dest=s.name,
                 default=argparse.SUPPRESS,
-                metavar=s.metavar or s.name.upper(),
-                choices=s.choices or None,
+                metavar=s.metavar or ("{" + ",".join(s.choices) + "}" if s.choices else s.name.upper()),
                 help=help_text,
             )
 

@@ -54,7 +54,10 @@ def parse_size(value: object) -> int:
     m = _SIZE.match(str(value))
     if m is None or m.group(2) not in _SIZE_UNITS:
         raise ValueError("expected a size such as 4096, 512MiB, 2GiB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+    size = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if not math.isfinite(size):
+        raise ValueError("expected a finite size")
+    return int(size)
 
 
 def parse_ratio(value: object) -> float:
@@ -88,7 +91,10 @@ def parse_int(value: object) -> int:
         raise ValueError("expected an integer")
     if isinstance(value, int):
         return value
-    return int(str(value).strip())
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
 
 
 def parse_list(value: object) -> tuple[str, ...]:

@@ -261,8 +261,10 @@ def test_max_trace_bytes_takes_sizes_refuses_negatives_and_errors_name_the_flag(
     assert cli("analyze", "--max-trace-bytes", "2GiB", str(SAMPLE)).returncode == 0
     for command in (("analyze", str(SAMPLE)), ("fix", str(SAMPLE), "-o", str(tmp_path / "o.json"))):
         bad = cli(command[0], "--max-trace-bytes", "-5", *command[1:])
-        assert bad.returncode == 2 and "error: argument --max-trace-bytes: expected a size such as" in bad.stderr
+        assert bad.returncode == 2 and "error: argument --max-trace-bytes: must be greater than 0" in bad.stderr
         assert "(got '-5')" in bad.stderr
+        unit = cli(command[0], "--max-trace-bytes", "5 parsecs", *command[1:])
+        assert unit.returncode == 2 and "error: argument --max-trace-bytes: expected a size such as" in unit.stderr
         zero = cli(command[0], "--max-trace-bytes", "0", *command[1:])
         assert zero.returncode == 2 and "argument --max-trace-bytes: must be greater than 0 (got '0')" in zero.stderr
         small = cli(command[0], "--max-trace-bytes", "1KiB", *command[1:])
@@ -272,8 +274,8 @@ def test_max_trace_bytes_takes_sizes_refuses_negatives_and_errors_name_the_flag(
 
 def test_run_with_a_nonsense_source_fails_with_one_line_before_any_start_up_line() -> None:
     result = cli("run", "--source", "nonsense")
-    assert result.returncode == 1
-    assert result.stderr.startswith("warpwatch: error: source 'nonsense': unknown kind of source")
+    assert result.returncode == 2  # a bad value (cli.EXIT_USAGE)
+    assert result.stderr.startswith("warpwatch: error: --source nonsense: unknown kind of source")
     assert len(result.stderr.splitlines()) == 1 and "event=" not in result.stdout + result.stderr
 
 

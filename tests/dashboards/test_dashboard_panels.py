@@ -72,8 +72,8 @@ def test_template_variables() -> None:
         assert (ds["type"], ds["query"]) == ("datasource", "prometheus")
         for v in queries:
             assert v["type"] == "query" and v["datasource"] == DATASOURCE
-            # Issue 24: no All; Grafana selects the first item (one pod, GPU, kernel).
-            assert not v["includeAll"] and v["multi"] and v["current"] == {}
+            # Issue 47 (replacing issue 24's first item): every board opens on All.
+            assert v["includeAll"] and v["multi"] and v["current"]["value"] == ["$__all"]
             assert re.fullmatch(rf"label_values\(([a-z_]+:)?warpwatch_[\w:]+(\{{.*\}})?, {v['name']}\)", v["query"])
 
 

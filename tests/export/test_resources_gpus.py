@@ -126,7 +126,7 @@ def test_the_bound_admits_in_id_order_and_evicts_the_least_recently_updated() ->
 def test_max_gpus_is_a_setting_with_bounds() -> None:
     assert load_config({"source": ["dir:/x"]}, {}).max_gpus == MAX_GPUS
     assert load_config({"source": ["dir:/x"]}, {"WARPWATCH_MAX_GPUS": "8"}).max_gpus == 8
-    with pytest.raises(ConfigError, match="max_gpus"):
+    with pytest.raises(ConfigError, match="max-gpus"):
         load_config({"source": ["dir:/x"], "max_gpus": "0"}, {})
 
 

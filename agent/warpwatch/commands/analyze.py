@@ -1,10 +1,14 @@
-"""The `warpwatch analyze TRACE...` command: explain traces as tables, JSON or per-launch JSON lines."""
+"""The `warpwatch analyze TRACE...` command: explain traces as tables, JSON or per-launch JSON lines.
+A TRACE of `-` is the trace piped in on standard input (plain or gzip-compressed), named `<stdin>`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import IO, Any
 
 import msgspec
@@ -19,12 +23,14 @@ from ..model import (
 )
 from ..names.labels import KernelNamer
 from ..trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
-from .analyze_json import analysis_to_dict, launch_record
+from ..trace.messages import too_large
+from .analyze_json import analysis_to_dict, document, error_record, launch_record
 from .escape import printable
 from .sizes import byte_size, cli_message
 from .table import render_table
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
+STDIN, STDIN_NAME = "-", "<stdin>"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,7 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Read Kineto (PyTorch profiler) traces and report per-kernel warps per SM, occupancy and "
         "waves, corrected for the profiler's artefacts and for the sampling window.",
     )
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (.json, .json.gz)")
+    p.add_argument(
+        "traces", nargs="+", metavar="TRACE", help="trace files (.json, .json.gz); - reads one from standard input"
+    )
     p.add_argument("--format", choices=("table", "json", "jsonl"), default="table", help="output format")
     p.add_argument("--launches", action="store_true", help="one record per kernel event (use with --format jsonl)")
     p.add_argument(
@@ -60,13 +68,16 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     gpu_props = load_gpu_properties(args.gpu_properties) if args.gpu_properties else None
     out = sys.stdout
-    failed = 0
     results: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
     console = Console(file=out, highlight=False, soft_wrap=False, width=table_width(out.isatty()))
     namer = KernelNamer()
     for path in args.traces:
         try:
-            trace = _read(path, args.max_trace_bytes, gpu_props)
+            if path == STDIN:
+                trace = _read_stdin(args.max_trace_bytes, gpu_props)
+            else:
+                trace = _read(path, args.max_trace_bytes, gpu_props)
             if gpu_props is not None:
                 _check_gpu_properties(args.gpu_properties, gpu_props, trace)
             if args.launches:
@@ -75,19 +86,19 @@ def run_analyze(args: argparse.Namespace) -> int:
             analysis = analyze(trace)
         except TraceError as exc:
             print(f"warpwatch: error: {cli_message(exc)}", file=sys.stderr)
-            failed += 1
+            errors.append(error_record(exc, cli_message(exc)))
             continue
         if args.format == "table":
             render_table(console, trace, analysis, top=args.top, namer=namer)
         else:
             results.append(analysis_to_dict(analysis, trace))
     if args.format == "json" and not args.launches:
-        out.write(msgspec.json.encode({"traces": results}).decode() + "\n")
+        out.write(msgspec.json.encode(document(results, errors)).decode() + "\n")
     elif args.format == "jsonl" and not args.launches:
         for r in results:
             out.write(msgspec.json.encode(r).decode() + "\n")
     out.flush()
-    return 1 if failed else 0
+    return 1 if errors else 0
 
 
 def table_width(tty: bool) -> int | None:
@@ -142,6 +153,25 @@ def _read(path: str, max_bytes: int, gpu_props: dict[int, DeviceProperties] | No
         progress.update(task, advance=1, description=f"analysing {os.path.basename(path)}")
         progress.refresh()
         return trace
+
+
+def _read_stdin(max_bytes: int, gpu_props: dict[int, DeviceProperties] | None) -> Trace:
+    """The trace piped in (`analyze -`), named `<stdin>`: spooled to a temporary file, as the reader
+    seeks (and tells gzip by its magic); more than `max_bytes` piped in is refused as too large."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise TraceError(STDIN_NAME, "standard input is a terminal; pipe a trace in: warpwatch analyze - < TRACE")
+    with tempfile.TemporaryDirectory(prefix="warpwatch-stdin-") as tmp:
+        spooled = Path(tmp) / "stdin.json"
+        with spooled.open("wb") as f:
+            while chunk := sys.stdin.buffer.read(1024**2):
+                if f.tell() + len(chunk) > max_bytes:
+                    raise TraceError(STDIN_NAME, too_large(max_bytes), kind="too_large")
+                f.write(chunk)
+        try:
+            trace = read_trace(spooled, max_bytes=max_bytes, gpu_properties=gpu_props)
+        except TraceError as exc:
+            raise TraceError(STDIN_NAME, exc.reason, kind=exc.kind) from None
+    return dataclasses.replace(trace, path=STDIN_NAME)
 
 
 def _size(path: str) -> int:

@@ -1,15 +1,34 @@
-"""The JSON shapes of `warpwatch analyze`: one summary per trace (`--format json`/`jsonl`) and one
-record per kernel event (`--launches`). Every duration carries its unit in its name (`_us`), every
-rate its (`_per_s`); figures about the window stay within what the trace proves possible, beside
-what the trace itself shows (`observed_*`), as docs/metrics.md says."""
+"""The JSON shapes of `warpwatch analyze`: the `--format json` document (`document`: its
+`schema_version`, a summary per trace read and an error per trace that could not be), one summary
+per trace (`--format json`/`jsonl`) and one record per kernel event (`--launches`). Every duration
+carries its unit in its name (`_us`), every rate its (`_per_s`); figures about the window stay
+within what the trace proves possible, beside what the trace itself shows (`observed_*`), as
+docs/metrics.md says."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..errors import TraceError
 from ..model import ARTIFACT_KINDS, DeviceStats, KernelStats, LaunchMetrics, LaunchResources, Trace, WindowAnalysis
 from ..names.labels import KernelNamer
 from .table_cells import AMD, NVIDIA
+
+SCHEMA_VERSION = 1
+"""The version of the `--format json` document. Raised when a field goes away or changes meaning;
+a new field does not raise it (readers ignore fields they do not know)."""
+
+
+def document(traces: list[dict[str, Any]], errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `--format json` document: the summaries (`analysis_to_dict`) of the traces read, and one
+    entry (`error_record`) per trace that could not be, in the order they were given."""
+    return {"schema_version": SCHEMA_VERSION, "traces": traces, "errors": errors}
+
+
+def error_record(exc: TraceError, message: str) -> dict[str, Any]:
+    """A trace that could not be read: its `path` as given, why (`kind`: invalid_trace, too_large or
+    io_error, as the agent's `read` fault counts it) and the `error` as stderr says it."""
+    return {"path": exc.path, "kind": exc.kind, "error": message}
 
 
 def launch_record(lm: LaunchMetrics, namer: KernelNamer | None = None) -> dict[str, Any]:

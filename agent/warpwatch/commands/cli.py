@@ -1,16 +1,23 @@
-"""Command line: flags and environment in, one config out, then hand over. Only this module exits."""
+"""Command line: flags and environment in, one config out, then hand over. Only this module exits.
+
+Exit status: 0 done; 1 the work failed (a trace could not be read, an agent could not be reached);
+2 the command line or a setting is wrong (argparse's usage errors, and every `ConfigError`, whether
+the value came from a flag, an environment variable or the config file); 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__
-from ..errors import WarpwatchError
+from ..errors import ConfigError, WarpwatchError
 
 COMMANDS = {
     "analyze": ".analyze",
@@ -25,10 +32,26 @@ imported (`run` brings aiohttp and prometheus_client, `dashboards` grafanalib: `
 starts in a fifth of the time); help, or no known command, imports them all."""
 
 
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+"""A bad flag, or a bad value wherever it came from (argparse exits with it too)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, where a value that starts with a minus and a digit is a value, not a flag: both
+    `--period -5s` and `--period=-5s` reach the setting's own check ("must be greater than 0"), as
+    `--top -1` already does (argparse takes only plain negative numbers). Subcommands' parsers are
+    of this class too (`add_subparsers` makes them of the parent's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?[0-9]")
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser, for `argv` (only its command's module is imported); None: with
     every command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="warpwatch",
         description="Per-kernel GPU occupancy from PyTorch profiler traces, corrected for profiler artefacts.",
     )
@@ -65,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except WarpwatchError as exc:
         print(f"warpwatch: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILED
     except KeyboardInterrupt:
         return 130
     return code

@@ -25,13 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.kerneldiff import diff_traces
-from ..errors import WarpwatchError
+from ..config import DEFAULTS
+from ..errors import ConfigError, WarpwatchError
 from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
 from ..units import parse_duration
 from .diff import add_output_flags, read_side, write_diff
 from .evidence_diff import heading, is_url, kept_in_folder, parse_since, pick_pair, summary
 
 TIMEOUT_S = 60.0
+AGENT_PORT: int = DEFAULTS["port"]
+"""The agent's port when `--port` is not set, where a port-forward goes."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,7 +90,7 @@ def run_pull(args: argparse.Namespace) -> int:
     try:
         since = parse_duration(args.since)
     except ValueError as exc:
-        raise WarpwatchError(f"--since {args.since!r}: {exc}; e.g. 30m or 2h") from None
+        raise ConfigError(f"--since {args.since!r}: {exc}; e.g. 30m or 2h") from None
     agent = Agent(args.url, args.ca_file)
     listed = agent.get_json("/evidence")
     out = Path(args.output)
@@ -107,7 +110,10 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_evidence_diff(args: argparse.Namespace) -> int:
-    after = time.time() - parse_since(args.since)
+    try:
+        after = time.time() - parse_since(args.since)
+    except WarpwatchError as exc:  # a bad value: the command line's exit status 2
+        raise ConfigError(str(exc)) from None
     if not is_url(args.source):
         folder = Path(args.source)
         baseline, degraded = pick_pair(kept_in_folder(folder), after, args.source)
@@ -183,7 +189,19 @@ class Agent:
             detail = exc.read(200).decode(errors="replace").strip()
             raise WarpwatchError(f"{self.base}{path}: HTTP {exc.code}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
-            raise WarpwatchError(f"{self.base}{path}: {getattr(exc, 'reason', exc)}") from None
+            raise WarpwatchError(self._unreachable(path, getattr(exc, "reason", exc))) from None
+
+    def _unreachable(self, path: str, reason: object) -> str:
+        """Why `path` could not be fetched, and, when nothing answered, what to try."""
+        if not isinstance(reason, ConnectionRefusedError):
+            return f"{self.base}{path}: {reason}"
+        parts = urllib.parse.urlsplit(self.base)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        forward = str(AGENT_PORT) if port == AGENT_PORT else f"{port}:{AGENT_PORT}"
+        return (
+            f"cannot connect to {self.base}: connection refused; is the agent running? If it runs in Kubernetes, "
+            f"start a port-forward: kubectl -n NAMESPACE port-forward pod/POD {forward}"
+        )
 
     def get_json(self, path: str) -> list[Any]:
         try:

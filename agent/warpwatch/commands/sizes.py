@@ -14,8 +14,9 @@ FLAG = "--max-trace-bytes"
 
 def byte_size(text: str) -> int:
     """argparse type: a positive size; argparse names the flag in front of the message."""
-    try:
-        value = parse_size(text.strip())
+    stripped = text.strip()
+    try:  # (a minus is read, to be refused as a bound: "-5MiB" is no typo of a size)
+        value = -parse_size(stripped[1:]) if stripped.startswith("-") else parse_size(stripped)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (got {text!r})") from None
     if value <= 0:

@@ -235,7 +235,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.check:
         problems = [str(out / line) for line in check(out, settings)]
         if has_chart and not problems:
-            problems = deploysync.check(repo_root)
+            problems = deploysync.check(repo_root, settings)
         for line in problems:
             print(f"stale: {line}", file=sys.stderr)
         if problems:
@@ -245,7 +245,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         return 0
     written = build(out, settings)
     if has_chart:
-        written += deploysync.sync(repo_root)
+        written += deploysync.sync(repo_root, settings)
     print(f"wrote {len(written)} files under {out}" + (" and the Helm chart's copies" if has_chart else ""))
     return 0
 

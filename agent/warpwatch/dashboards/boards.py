@@ -20,16 +20,17 @@ from .panels import (
     KERNEL_LEGEND,
     PER_SECOND,
     PERCENT,
-    VARIABLES,
     DashboardDef,
     PanelDef,
     Query,
+    agent_starts,
+    board_variables,
     ref_id,
     substitute_variables,
     table_panel,
     variable_selector,
 )
-from .settings import DEFAULT_SETTINGS, Scope, Settings, dashboard_series
+from .settings import DEFAULT_SETTINGS, Scope, Settings, dashboard_series, record_matchers
 
 RATE = "$__rate_interval"
 RANGE = "$__range"
@@ -43,14 +44,9 @@ def _sel(s: Settings, scope: Scope) -> q.Sel:
     return sel
 
 
-GPU_MATCHERS = ('namespace=~"$namespace"', 'pod=~"$pod"', 'gpu=~"$gpu"')
-POD_MATCHERS = ('namespace=~"$namespace"', 'pod=~"$pod"')
-FLEET_MATCHERS = ('namespace=~"$namespace"', 'deployment=~"$deployment"')
-
-
 def _gpu_ratio(s: Settings, num: md.MetricDef) -> str:
     """A per-GPU counter per observed second, from the per-pod tier's records."""
-    return q.record_ratio(s, num, "pod_gpu", md.GPU_OBSERVED_SECONDS, "pod_gpu", GPU_MATCHERS)
+    return q.record_ratio(s, num, "pod_gpu", md.GPU_OBSERVED_SECONDS, "pod_gpu", record_matchers(s, "gpu"))
 
 
 def _overview(s: Settings) -> DashboardDef:
@@ -58,8 +54,9 @@ def _overview(s: Settings) -> DashboardDef:
         return dashboard_series(s, metric, "gpu")
 
     pod = (*s.fleet, "pod")
+    pods = record_matchers(s, "agent")
     pod_share = q.record_ratio(
-        s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu", POD_MATCHERS, RANGE, on=pod, den_by=pod
+        s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu", pods, RANGE, on=pod, den_by=pod
     )
 
     return DashboardDef(
@@ -316,12 +313,15 @@ def all_queries(s: Settings = DEFAULT_SETTINGS, *, substitute: bool = True) -> l
     """(where, expr) for every PromQL expression the dashboards and alerts use.
 
     `where` reads `dashboard:<uid>/<panel title>/<refId>`, `variable:<uid>/<name>`,
-    `alert:<name>` or `recording:<record>`. With `substitute`, Grafana variables are replaced by plain values.
+    `annotation:<uid>/<name>`, `alert:<name>` or `recording:<record>`. With `substitute`, Grafana
+    variables are replaced by plain values.
     """
     out: list[tuple[str, str]] = []
     for dash in dashboards(s):
-        for name in dash.variables:
-            out.append((f"variable:{dash.uid}/{name}", variable_selector(s, VARIABLES[name])))
+        for var in board_variables(s, dash):
+            out.append((f"variable:{dash.uid}/{var.name}", variable_selector(s, var)))
+        starts = agent_starts(s, dash)
+        out.append((f"annotation:{dash.uid}/{starts.name}", starts.expr))
         for panel in dash.panels:
             for i, query in enumerate(panel.queries):
                 out.append((f"dashboard:{dash.uid}/{panel.title}/{ref_id(i)}", query.expr))

@@ -9,22 +9,22 @@ from __future__ import annotations
 from ..export import metricdefs as md
 from . import queries as q
 from .panels import COUNT, PERCENT, DashboardDef, PanelDef, Query
-from .settings import Settings
+from .settings import Settings, record_matchers
 
 RANGE = "$__range"
-FLEET_MATCHERS = ('namespace=~"$namespace"', 'deployment=~"$deployment"')
 
 
 def fleet(s: Settings) -> DashboardDef:
     on = s.fleet
     legend = " / ".join("{{" + label + "}}" for label in on)
     w = s.recording_window
+    matchers = record_matchers(s, "fleet")
 
     def ratio(record: str) -> str:
-        return f"{record}{{{', '.join(FLEET_MATCHERS)}}}"
+        return f"{record}{{{', '.join(matchers)}}}"
 
     share = q.record_ratio(
-        s, md.KERNEL_SECONDS, "fleet_kernel", md.GPU_OBSERVED_SECONDS, "fleet", FLEET_MATCHERS, RANGE, on=on
+        s, md.KERNEL_SECONDS, "fleet_kernel", md.GPU_OBSERVED_SECONDS, "fleet", matchers, RANGE, on=on
     )
     occupancy = q.record_ratio(
         s,
@@ -32,10 +32,10 @@ def fleet(s: Settings) -> DashboardDef:
         "fleet_kernel",
         md.KERNEL_SECONDS,
         "fleet_kernel",
-        FLEET_MATCHERS,
+        matchers,
         RANGE,
     )
-    observed = q.record_series(s, md.GPU_OBSERVED_SECONDS, "fleet", *FLEET_MATCHERS)
+    observed = q.record_series(s, md.GPU_OBSERVED_SECONDS, "fleet", *matchers)
     return DashboardDef(
         uid="warpwatch-fleet",
         title="warpwatch / Fleet",

@@ -13,7 +13,7 @@ from typing import Any
 from grafanalib import core as G
 
 from .boards import dashboards
-from .panels import VARIABLES, DashboardDef, PanelDef, ref_id, variable_selector
+from .panels import ALL_VALUE, DashboardDef, PanelDef, agent_starts, board_variables, ref_id, variable_query
 from .settings import Settings
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -165,22 +165,53 @@ def _templating(dash: DashboardDef, s: Settings) -> Any:
             name="datasource", label="Data source", query="prometheus", type="datasource", default=s.datasource_uid
         ),
     ]
-    for name in dash.variables:
-        var = VARIABLES[name]
+    for var in board_variables(s, dash):
         variables.append(
             G.Template(
                 name=var.name,
                 label=var.label,
                 type="query",
                 dataSource=dict(DATASOURCE),
-                query=f"label_values({variable_selector(s, var)}, {var.name})",
-                includeAll=False,
+                query=variable_query(s, var),
+                includeAll=True,
+                allValue=ALL_VALUE,
                 multi=True,
                 refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
                 sort=G.SORT_ALPHA_ASC,
             )
         )
     return G.Templating(list=variables)
+
+
+def _annotations(dash: DashboardDef, s: Settings) -> Any:
+    """Grafana's built-in annotations and alerts, then the agents' starts (`panels.agent_starts`)."""
+    starts = agent_starts(s, dash)
+    return G.Annotations(
+        list=[
+            {
+                "builtIn": 1,
+                "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                "enable": True,
+                "hide": True,
+                "iconColor": "rgba(0, 211, 255, 1)",
+                "name": "Annotations & Alerts",
+                "type": "dashboard",
+            },
+            {
+                "datasource": dict(DATASOURCE),
+                "enable": True,
+                "hide": False,
+                "iconColor": starts.color,
+                "name": starts.name,
+                "expr": starts.expr,
+                "step": starts.step,
+                "titleFormat": starts.title,
+                "textFormat": starts.text,
+                "tagKeys": ",".join(starts.tag_keys),
+                "useValueForTime": False,
+            },
+        ]
+    )
 
 
 def _modernise(data: dict[str, Any], s: Settings) -> dict[str, Any]:
@@ -192,9 +223,9 @@ def _modernise(data: dict[str, Any], s: Settings) -> dict[str, Any]:
         if var["type"] == "datasource":
             var["current"] = {"selected": True, "text": s.datasource_name, "value": s.datasource_uid}
         else:
-            # No All: with no current value Grafana selects the first item, the one pod (GPU, kernel)
-            # a person looks at; several or all are a deliberate choice in the picker.
-            var["current"] = {}
+            # All (issue 47): a board opens on every pod (GPU, kernel, cluster), not on whichever
+            # Grafana lists first; one is a choice in the picker.
+            var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
             var["definition"] = var["query"]
         var["options"] = []
         var["regex"] = ""
@@ -248,6 +279,7 @@ def dashboard_json(dash: DashboardDef, s: Settings) -> dict[str, Any]:
         tags=list(dash.tags),
         panels=_layout(dash.panels),
         templating=_templating(dash, s),
+        annotations=_annotations(dash, s),
         time=G.Time("now-6h", "now"),
         refresh="1m",
         timezone="browser",

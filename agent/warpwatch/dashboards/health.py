@@ -17,7 +17,7 @@ from .panels import (
     PanelDef,
     Query,
 )
-from .settings import FAILING_MATCHER, Settings, dashboard_series
+from .settings import FAILING_MATCHER, Settings, dashboard_series, record_matchers
 
 RATE = "$__rate_interval"
 
@@ -287,6 +287,7 @@ def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
         return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
 
     bound = 1 + s.overhead_tolerance
+    budget_used = f"{q.OVERHEAD_BUDGET_USED}{{{', '.join(record_matchers(s, 'agent'))}}}"
     stops = tuple(
         Query(
             f"histogram_quantile({quantile}, sum by (namespace, pod, source, le) "
@@ -303,7 +304,7 @@ def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
             f"Red from {bound:g}: alert WarpwatchSlowsServing once it stays there {s.overhead_rounds} "
             "capture periods.",
             COUNT,
-            (Query(f'{q.OVERHEAD_BUDGET_USED}{{namespace=~"$namespace", pod=~"$pod"}}', "{{pod}}", instant=True),),
+            (Query(budget_used, "{{pod}}", instant=True),),
             width=6,
             height=8,
             thresholds=(("green", None), ("red", bound)),

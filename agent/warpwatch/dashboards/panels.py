@@ -10,7 +10,7 @@ from typing import Literal
 
 from ..export import metricdefs as md
 from .queries import Level, record_series
-from .settings import DASHBOARD_VARIABLE_DEFAULTS, Scope, Settings, dashboard_series
+from .settings import DASHBOARD_VARIABLE_DEFAULTS, Scope, Settings, dashboard_series, record_matchers, series
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ def table_panel(
     )
 
 
-Variable = Literal["namespace", "deployment", "pod", "gpu", "kernel"]
+Variable = Literal["cluster", "namespace", "deployment", "pod", "gpu", "kernel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +107,7 @@ class VariableDef:
 
 
 VARIABLES: dict[str, VariableDef] = {
+    "cluster": VariableDef("cluster", "Cluster", md.BUILD_INFO, "none"),
     "namespace": VariableDef("namespace", "Namespace", md.BUILD_INFO, "none"),
     "deployment": VariableDef("deployment", "Deployment", md.GPU_OBSERVED_SECONDS, "none", level="fleet"),
     "pod": VariableDef("pod", "Pod", md.BUILD_INFO, "none"),
@@ -115,13 +116,25 @@ VARIABLES: dict[str, VariableDef] = {
 }
 
 
+ALL_VALUE = ".*"
+"""What a variable's All stands for in the queries' `=~` matchers: every value, and no label at all."""
+
+
 def variable_selector(s: Settings, var: VariableDef) -> str:
     """The series selector of a variable's `label_values(...)` query (Grafana asks the label-values
     API with it as `match[]` when the datasource names its Prometheus version)."""
+    if var.name == "cluster":
+        return series(var.metric, s.selector)  # the first variable: nothing to narrow it by
     extra = ('namespace=~"$namespace"',) if var.name in ("pod", "deployment") else ()
     if var.level is not None:
-        return record_series(s, var.metric, var.level, *extra)
+        return record_series(s, var.metric, var.level, *record_matchers(s, var.scope), *extra)
     return dashboard_series(s, var.metric, var.scope, *extra)
+
+
+def variable_query(s: Settings, var: VariableDef) -> str:
+    """A variable's query: the values of its label (`cluster_label` for `cluster`)."""
+    label = s.cluster_label if var.name == "cluster" else var.name
+    return f"label_values({variable_selector(s, var)}, {label})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +149,52 @@ class DashboardDef:
     @property
     def filename(self) -> str:
         return f"{self.uid}.json"
+
+
+def board_variables(s: Settings, dash: DashboardDef) -> tuple[VariableDef, ...]:
+    """A board's variables in picker order: `cluster` first where `cluster_label` is set, then its own."""
+    cluster = (VARIABLES["cluster"],) if s.cluster_label else ()
+    return (*cluster, *(VARIABLES[name] for name in dash.variables))
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationDef:
+    """A Grafana annotation from a Prometheus query: a marker at each step where `expr` is above 0."""
+
+    name: str
+    expr: str
+    step: str
+    """The query's step, and the shortest time between two markers of one series."""
+    title: str
+    text: str
+    tag_keys: tuple[str, ...]
+    color: str
+
+
+AGENT_STARTS = "Agent starts"
+
+
+def agent_starts(s: Settings, dash: DashboardDef) -> AnnotationDef:
+    """A marker where an agent starts reporting: a `warpwatch_build_info` series (one per pod and
+    version) present at a step and absent one step (`$__interval`) before, counted per pod, or per
+    fleet labels on a board without pods. A rollout, a new version or a pod that was gone for a scrape
+    or more; the zeros after `or` keep every running agent in the answer and draw nothing (Grafana
+    marks values above 0)."""
+    per_pod = "pod" in dash.variables
+    scope: Scope = "agent" if per_pod else "fleet"
+    where = ("namespace", "pod") if per_pod else s.fleet
+    cluster = (s.cluster_label,) if s.cluster_label and s.cluster_label not in where else ()
+    by = ", ".join((*cluster, *where, "version"))
+    info = dashboard_series(s, md.BUILD_INFO, scope)
+    return AnnotationDef(
+        AGENT_STARTS,
+        f"count by ({by}) (\n  {info}\n  unless {info} offset $__interval\n)\nor count by ({by}) ({info}) * 0",
+        "1m",
+        "warpwatch started: " + " / ".join("{{" + label + "}}" for label in where),
+        "version {{version}}",
+        ("version",),
+        "blue",
+    )
 
 
 GPU_LEGEND = "{{pod}} GPU {{gpu}}"

@@ -31,7 +31,7 @@ from .ruletests_inputs import (
     ramp,
     selector_labels,
 )
-from .ruletests_occupancy import deployment_scenarios, kernel_scenarios, launch_scenarios
+from .ruletests_occupancy import deployment_scenarios, kernel_scenarios, launch_scenarios, one_deployment_each
 from .ruletests_overhead import overhead_recording_test, slows_serving_scenarios
 from .ruletests_recording import recording_test
 from .settings import ALERTED_ARTIFACTS, Settings, duration_seconds, format_duration
@@ -214,6 +214,10 @@ SCENARIOS: dict[str, Callable[[Settings, AlertDef], list[Scenario]]] = {
 }
 
 
+MERGED = frozenset(("WarpwatchKernelOccupancyRegressed", "WarpwatchOccupancyRegressed", "WarpwatchKernelLaunchChanged"))
+"""Alerts whose scenarios run as one promtool test per evaluation time (`one_deployment_each`)."""
+
+
 def scenarios(s: Settings) -> list[tuple[AlertDef, Scenario]]:
     """Every alert's scenarios; each alert needs at least one that fires and one that does not."""
     out: list[tuple[AlertDef, Scenario]] = []
@@ -235,29 +239,38 @@ def _expected(alert: AlertDef, s: Settings, firing: Firing) -> dict[str, Any]:
     }
 
 
+def _test(alert: AlertDef, sc: Scenario, s: Settings) -> dict[str, Any]:
+    checks: list[dict[str, Any]] = [
+        {"eval_time": format_duration(minute * STEP_S), "alertname": alert.name, "exp_alerts": []}
+        for minute in sc.silent_at
+    ]
+    checks.append(
+        {
+            "eval_time": format_duration(sc.eval_min * STEP_S),
+            "alertname": alert.name,
+            "exp_alerts": [_expected(alert, s, f) for f in sc.fires],
+        }
+    )
+    return {
+        "name": f"{alert.name}: {sc.name}",
+        "interval": format_duration(STEP_S),
+        "input_series": [{"series": name, "values": values} for name, values in sc.series],
+        "alert_rule_test": checks,
+    }
+
+
 def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
     """A `promtool test rules` document for `rule_file` (a path relative to the test file)."""
     tests = []
+    found: dict[str, list[Scenario]] = {}
+    alert_of: dict[str, AlertDef] = {}
     for alert, sc in scenarios(s):
-        checks: list[dict[str, Any]] = [
-            {"eval_time": format_duration(minute * STEP_S), "alertname": alert.name, "exp_alerts": []}
-            for minute in sc.silent_at
-        ]
-        checks.append(
-            {
-                "eval_time": format_duration(sc.eval_min * STEP_S),
-                "alertname": alert.name,
-                "exp_alerts": [_expected(alert, s, f) for f in sc.fires],
-            }
-        )
-        tests.append(
-            {
-                "name": f"{alert.name}: {sc.name}",
-                "interval": format_duration(STEP_S),
-                "input_series": [{"series": name, "values": values} for name, values in sc.series],
-                "alert_rule_test": checks,
-            }
-        )
+        found.setdefault(alert.name, []).append(sc)
+        alert_of[alert.name] = alert
+    for name, scs in found.items():
+        alert = alert_of[name]
+        for sc in one_deployment_each(scs) if name in MERGED else scs:
+            tests.append(_test(alert, sc, s))
     tests.append(recording_test(s))
     tests.append(overhead_recording_test(s))
     # Records first, then the alerts that read them: at each step an alert sees that step's records

@@ -103,6 +103,29 @@ class _Timeline:
         )
 
 
+def one_deployment_each(found: list[Scenario]) -> list[Scenario]:
+    """The scenarios of one alert merged into one promtool test per evaluation time, each in a
+    deployment (and pod) of its own: promtool evaluates every rule at every minute of every test, and
+    these need a day or two of history each; the alerts sum by deployment, so they cannot mix."""
+    by_time: dict[int, list[Scenario]] = {}
+    for sc in found:
+        by_time.setdefault(sc.eval_min, []).append(sc)
+    merged = []
+    for t, group in by_time.items():
+        series: list[tuple[str, str]] = []
+        fires: list[Firing] = []
+        for i, sc in enumerate(group):
+            own = {"deployment": f"{AGENT['deployment']}-{i}", "pod": f"{AGENT['deployment']}-{i}-0"}
+            for name, values in sc.series:
+                for key in own:
+                    name = name.replace(f'{key}="{AGENT[key]}"', f'{key}="{own[key]}"')
+                series.append((name, values))
+            fires += [Firing({k: own.get(k, v) for k, v in f.labels.items()}, f.value) for f in sc.fires]
+        names = "; ".join(f"{AGENT['deployment']}-{i}: {sc.name}" for i, sc in enumerate(group))
+        merged.append(Scenario(names, tuple(series), t, tuple(fires), tuple(m for sc in group for m in sc.silent_at)))
+    return merged
+
+
 def _levels(s: Settings) -> tuple[float, float, float, float]:
     """(low, near, busy, quiet): a fall well below the bound, one above it, and kernels' GPU seconds
     a minute above and below the time-share bound."""
@@ -112,7 +135,7 @@ def _levels(s: Settings) -> tuple[float, float, float, float]:
 
 
 def kernel_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
-    tl = _Timeline(s, alert, days=2)
+    tl = _Timeline(s, alert)
     low, near, busy, quiet = _levels(s)
     fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
     theo = 0.5
@@ -144,6 +167,19 @@ def kernel_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
             (*tl.kernel(ATTN, (busy, busy), (theo, theo * low), missing=tl.late_start), tl.observed(tl.late_start)),
             tl.t,
         ),
+        *_swap_scenarios(s, alert),
+    ]
+
+
+def _swap_scenarios(s: Settings, alert: AlertDef) -> list[Scenario]:
+    """Two days: the new kernel must be absent from the day before the baseline (the only scenarios
+    that need two; promtool evaluates every rule at every minute of each)."""
+    tl = _Timeline(s, alert, days=2)
+    low, near, busy, _ = _levels(s)
+    fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
+    theo = 0.5
+    obs = tl.observed()
+    return [
         Scenario(
             "a swap: a new kernel replaces one and fits fewer warps; value = new / vanished",
             (*tl.kernel(ATTN, (busy, 0.0), (theo, theo)), *tl.new_kernel(NEW, busy, theo * low), obs),

@@ -89,6 +89,11 @@ class Settings:
     `app.kubernetes.io/instance` label); add e.g. `model` only with a relabeling that attaches it."""
     recording_window: str = "5m"
     """Range of the rates the recording rules record; at least two capture periods."""
+    cluster_label: str = ""
+    """The label that names a series' cluster in a Prometheus holding several (Thanos, Mimir: usually an
+    external label such as `cluster`); empty: one cluster. Set, every board gets a `cluster` variable and
+    every raw-series selector `<cluster_label>=~"$cluster"`; the recorded series (`pod_gpu:`, `fleet:`...)
+    only where this label is one of `fleet_labels`, since the recording rules sum every other label away."""
 
     # (1) profiler artefacts
     artifact_window: str = "30m"
@@ -156,6 +161,8 @@ class Settings:
         for label in self.fleet:
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label):
                 raise ConfigError(f"setting fleet_labels={self.fleet_labels!r}: {label!r} is not a label name")
+        if self.cluster_label and not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.cluster_label):
+            raise ConfigError(f"setting cluster_label={self.cluster_label!r}: not a label name (e.g. cluster)")
 
     def evidence_link(self, namespace: str, pod: str) -> str:
         """`evidence_url` for one pod (`namespace` and `pod` may be templates that name them)."""
@@ -239,6 +246,7 @@ DASHBOARD_VARIABLE_DEFAULTS: dict[str, str] = {
     "$gpu": ".*",
     "$kernel": ".*",
     "$deployment": ".*",
+    "$cluster": ".*",
 }
 """What `all_queries()` puts in place of Grafana's variables to obtain plain PromQL."""
 
@@ -267,13 +275,30 @@ def alert_series(s: Settings, metric: md.MetricDef, *matchers: str) -> str:
     return series(metric, s.selector, *matchers)
 
 
+def cluster_matchers(s: Settings) -> tuple[str, ...]:
+    """The `cluster` variable's matcher where `cluster_label` is set, else none. Its All value `.*` also
+    matches series without the label."""
+    return (f'{s.cluster_label}=~"$cluster"',) if s.cluster_label else ()
+
+
+def record_matchers(s: Settings, scope: Scope) -> tuple[str, ...]:
+    """The matchers of a recorded series (`pod_gpu:`, `fleet_kernel:`...) read at `scope`: the scope's
+    variables, and the cluster's only where the records are known to keep its label: where it is one of
+    `fleet_labels`, which every tier sums by. Otherwise a target label `cluster` is summed away by the
+    rules, and an external one (Thanos, Mimir) is on the records only where each cluster evaluates its
+    own rules, which the boards cannot know; a record without the label would vanish once one cluster is
+    picked."""
+    cluster = cluster_matchers(s) if s.cluster_label in s.fleet else ()
+    return (*cluster, *_SCOPE_MATCHERS[scope])
+
+
 def dashboard_series(s: Settings, metric: md.MetricDef, scope: Scope, *extra: str, suffix: str = "") -> str:
-    """A selector for panels: base selector, the dashboard variables of `scope` (the `gpu` and
-    `kernel` ones only where the metric has that label: a GPU's observed seconds divide every
-    kernel's, whichever kernel is selected), then `extra`."""
+    """A selector for panels: base selector, the cluster variable (`cluster_matchers`), the dashboard
+    variables of `scope` (the `gpu` and `kernel` ones only where the metric has that label: a GPU's
+    observed seconds divide every kernel's, whichever kernel is selected), then `extra`."""
     scoped = [
         m
         for m in _SCOPE_MATCHERS[scope]
         if m.split("=")[0] not in ("gpu", "kernel") or m.split("=")[0] in metric.labels
     ]
-    return series(metric, s.selector, *scoped, *extra, suffix=suffix)
+    return series(metric, s.selector, *cluster_matchers(s), *scoped, *extra, suffix=suffix)
