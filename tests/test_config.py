@@ -174,6 +174,21 @@ def test_sizes(text: str, size: int) -> None:
             "WARPWATCH_RETENTION_BYTES=-1MiB: must not be negative (0 means no bound)",
         ),
         (
+            {"WARPWATCH_WINDOW": "11m"},
+            "WARPWATCH_WINDOW=11m: must be at most 600s (Kineto's on-demand traces are capped at 10 minutes)",
+        ),
+        ({"WARPWATCH_COLLECT_TIMEOUT": "2h"}, "WARPWATCH_COLLECT_TIMEOUT=2h: must be at most 3600s (an hour)"),
+        (
+            {"WARPWATCH_OVERHEAD_BUDGET": "150%"},
+            "WARPWATCH_OVERHEAD_BUDGET=150%: must be a share above 0 and at most 100%; e.g. 1% or 0.01",
+        ),
+        ({"WARPWATCH_MAX_GPUS": "0"}, "WARPWATCH_MAX_GPUS=0: must be between 1 and 100000"),
+        ({"WARPWATCH_EVIDENCE_FILES": "0"}, "WARPWATCH_EVIDENCE_FILES=0: must be greater than 0"),
+        (
+            {"WARPWATCH_ADDRESS": ""},
+            "WARPWATCH_ADDRESS='': must not be empty (0.0.0.0 listens on every interface)",
+        ),
+        (
             {"WARPWATCH_GPU_PROPERTIES": "/nonexistent/props.json"},
             "WARPWATCH_GPU_PROPERTIES=/nonexistent/props.json: does not exist or is not a file",
         ),

@@ -4,7 +4,12 @@ Every setting has exactly one name, spelled three ways that are derived from it 
 written by hand: the flag `--top-kernels`, the environment variable `WARPWATCH_TOP_KERNELS`
 and the YAML key `top_kernels` (in the file named by `--config` / `WARPWATCH_CONFIG`). The
 flags, the help and the README's table are derived here; reading the three spellings, parsing
-their values and validating them: `configload`.
+their values and validating them against each row's check: `configload`.
+
+A row holds all a setting is: its kind (the type of its value: `KIND_TYPES`), its default, its
+bounds (`check`, one of the checks in `units` that every source's own arguments use too) and its
+help. `Config` declares the same fields by hand, so that mypy knows their types; its defaults are
+read from the table, and a test proves names, types and defaults agree (`tests/test_settings_table.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
+
+from .units import Check, Count, FilePath, Seconds, Share, Text
 
 ENV_PREFIX = "WARPWATCH_"
 CONFIG_FILE_ENV = "WARPWATCH_CONFIG"
@@ -43,6 +50,18 @@ def default_jitter(period: float) -> float:
 
 
 Kind = Literal["str", "int", "duration", "size", "bool", "list", "path", "choice", "ratio"]
+KIND_TYPES: dict[Kind, Any] = {
+    "str": str,
+    "int": int,
+    "duration": float,
+    "size": int,
+    "bool": bool,
+    "list": tuple[str, ...],
+    "path": Path,
+    "choice": str,
+    "ratio": float,
+}
+"""The type of a setting's value once parsed, by kind (durations in seconds, sizes in bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +76,14 @@ class Setting:
     metavar: str | None = None
     default_text: str | None = None
     """How the default reads in the help and the README, when it is derived from other settings."""
+    check: Check | None = None
+    """The value's bounds, checked once it is parsed (`configload.validate`); None: any value of its kind."""
+
+    @property
+    def type(self) -> Any:
+        """The type of the value in `Config`: the kind's, or None too for a path that may be unset."""
+        base = KIND_TYPES[self.kind]
+        return base | None if self.kind == "path" and self.default is None else base
 
     @property
     def flag(self) -> str:
@@ -73,6 +100,7 @@ class Setting:
 
 
 GiB = 1024**3
+NO_BOUND = "0 means no bound"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -84,10 +112,28 @@ SETTINGS: tuple[Setting, ...] = (
         "with KINETO_USE_DAEMON=1), vllm:URL[,dir=PATH], sglang:URL[,dir=PATH]",
         metavar="SPEC",
     ),
-    Setting("address", "str", "0.0.0.0", "address the HTTP server (/metrics, /healthz, /readyz) binds"),
-    Setting("port", "int", 9946, "HTTP port (0 picks a free one and logs it)"),
-    Setting("period", "duration", 60.0, "time between the starts of two capture windows"),
-    Setting("window", "duration", 1.0, "length of one capture window"),
+    Setting(
+        "address",
+        "str",
+        "0.0.0.0",
+        "address the HTTP server (/metrics, /healthz, /readyz) binds",
+        check=Text("0.0.0.0 listens on every interface"),
+    ),
+    Setting("port", "int", 9946, "HTTP port (0 picks a free one and logs it)", check=Count(0, 65535)),
+    Setting(
+        "period",
+        "duration",
+        60.0,
+        "time between the starts of two capture windows",
+        check=Seconds(most=MAX_PERIOD_S, why="one window a day"),
+    ),
+    Setting(
+        "window",
+        "duration",
+        1.0,
+        "length of one capture window",
+        check=Seconds(most=MAX_WINDOW_S, why="Kineto's on-demand traces are capped at 10 minutes"),
+    ),
     Setting(
         "overhead_budget",
         "ratio",
@@ -96,6 +142,7 @@ SETTINGS: tuple[Setting, ...] = (
         "above it the period is stretched (docs/overhead.md)",
         metavar="SHARE",
         default_text="1%",
+        check=Share(MAX_OVERHEAD_BUDGET),
     ),
     Setting(
         "adaptive_window",
@@ -110,8 +157,15 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "random delay added to each window's start, spreads agents apart",
         default_text="min(5s, period/10)",
+        check=Seconds(zero=True),
     ),
-    Setting("top_kernels", "int", 16, 'kernels exported per GPU (by GPU time); the rest fold into kernel="other"'),
+    Setting(
+        "top_kernels",
+        "int",
+        16,
+        'kernels exported per GPU (by GPU time); the rest fold into kernel="other"',
+        check=Count(1, 10_000),
+    ),
     Setting(
         "kernel_gauges",
         "bool",
@@ -125,6 +179,7 @@ SETTINGS: tuple[Setting, ...] = (
         MAX_GPUS,
         "GPUs exported at once (traces may name any device id); beyond, a new GPU takes the place of "
         "the least recently updated one, or is left out and counted in warpwatch_errors_total",
+        check=Count(1, 100_000),
     ),
     Setting("log_level", "choice", "info", "log level", choices=("debug", "info", "warning", "error")),
     Setting("log_format", "choice", "text", "log line format: key=value text or JSON", choices=("text", "json")),
@@ -146,27 +201,43 @@ SETTINGS: tuple[Setting, ...] = (
         "int",
         0,
         "keep at most this many files in a dir: source's folder, deleting the oldest processed ones (0: no bound)",
+        check=Count(0, zero_means=NO_BOUND),
     ),
     Setting(
         "retention_bytes",
         "size",
         0,
         "keep at most this many bytes in a dir: source's folder, deleting the oldest processed files (0: no bound)",
+        check=Count(0, zero_means=NO_BOUND),
     ),
-    Setting("max_trace_bytes", "size", 2 * GiB, "largest trace accepted, decompressed; a larger one fails its window"),
+    Setting(
+        "max_trace_bytes",
+        "size",
+        2 * GiB,
+        "largest trace accepted, decompressed; a larger one fails its window",
+        check=Count(1),
+    ),
     Setting(
         "collect_timeout",
         "duration",
         30.0,
         "how long a source may wait for a window's trace beyond the window itself; a dir: source "
         "hands over a file that never looks complete after this long (its window then fails)",
+        check=Seconds(zero=True, most=MAX_COLLECT_TIMEOUT_S, why="an hour"),
     ),
-    Setting("gpu_properties", "path", None, "JSON file of device properties, for traces that carry none"),
+    Setting(
+        "gpu_properties",
+        "path",
+        None,
+        "JSON file of device properties, for traces that carry none",
+        check=FilePath(),
+    ),
     Setting(
         "web_config",
         "path",
         None,
         "Prometheus exporter-toolkit web config file: TLS, client certificates, basic auth, response headers",
+        check=FilePath(),
     ),
     Setting(
         "evidence_dir",
@@ -175,8 +246,12 @@ SETTINGS: tuple[Setting, ...] = (
         "folder where the traces of the windows that matter are kept, gzip-compressed, with a JSON summary "
         'beside each, and served on /evidence (none: nothing kept; docs/dashboards.md, "From an alert to its trace")',
     ),
-    Setting("evidence_bytes", "size", GiB, "bound on the bytes kept in evidence_dir; the oldest go first"),
-    Setting("evidence_files", "int", 500, "bound on the windows kept in evidence_dir; the oldest go first"),
+    Setting(
+        "evidence_bytes", "size", GiB, "bound on the bytes kept in evidence_dir; the oldest go first", check=Count(1)
+    ),
+    Setting(
+        "evidence_files", "int", 500, "bound on the windows kept in evidence_dir; the oldest go first", check=Count(1)
+    ),
 )
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -189,7 +264,8 @@ _DEFAULT_JITTER_S = default_jitter(DEFAULTS["period"])
 @dataclass(frozen=True, slots=True)
 class Config:
     """Every setting of `warpwatch run`, validated. Durations in seconds, sizes in bytes. Field
-    order and defaults are the table's (`SETTINGS`); `jitter` defaults to `default_jitter(period)`."""
+    names, order, types and defaults are the table's (`SETTINGS`; a test proves it); `jitter`
+    defaults to `default_jitter(period)`."""
 
     source: tuple[str, ...] = DEFAULTS["source"]
     address: str = DEFAULTS["address"]

@@ -31,11 +31,7 @@ from typing import Any, Literal
 
 from .config import (
     CONFIG_FILE_ENV,
-    MAX_COLLECT_TIMEOUT_S,
     MAX_DUTY,
-    MAX_OVERHEAD_BUDGET,
-    MAX_PERIOD_S,
-    MAX_WINDOW_S,
     SETTINGS,
     SETTINGS_BY_NAME,
     Config,
@@ -256,8 +252,9 @@ Said = Callable[[str], str]
 
 
 def validate(config: Config, origins: Mapping[str, Origin] | None = None) -> None:
-    """Check the settings against each other and their bounds; one ConfigError that starts with the
-    value as the user gave it (`origins`, from `load_settings`) and says what to do."""
+    """Check each setting against its row's bounds (`Setting.check`), then the settings against each
+    other; one ConfigError that starts with the value as the user gave it (`origins`, from
+    `load_settings`) and says what to do."""
     known = origins or {}
 
     def at(name: str) -> str:
@@ -268,26 +265,16 @@ def validate(config: Config, origins: Mapping[str, Origin] | None = None) -> Non
 
     if not config.source:
         raise ConfigError("source: no source given; add one, e.g. --source dir:/var/run/traces")
-    _check_times(config, at, lambda name: name in known)
-    _check_bounds(config, at)
+    for s in SETTINGS:
+        problem = s.check.problem(getattr(config, s.name)) if s.check is not None else None
+        if problem is not None:
+            raise ConfigError(f"{at(s.name)}: {problem}")
+    _check_together(config, at, lambda name: name in known)
 
 
-def _check_times(config: Config, at: Said, given: Callable[[str], bool]) -> None:
-    """Period, window, jitter and time-outs: positive, bounded, and the window within the period.
-    A clash of two settings is blamed on the one the user gave (not a default)."""
-    for name in ("period", "window"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"{at(name)}: must be greater than 0")
-    for name in ("jitter", "collect_timeout"):
-        if getattr(config, name) < 0:
-            raise ConfigError(f"{at(name)}: must not be negative")
-    for name, bound, why in (
-        ("period", MAX_PERIOD_S, "one window a day"),
-        ("window", MAX_WINDOW_S, "Kineto's on-demand traces are capped at 10 minutes"),
-        ("collect_timeout", MAX_COLLECT_TIMEOUT_S, "an hour"),
-    ):
-        if getattr(config, name) > bound:
-            raise ConfigError(f"{at(name)}: must be at most {bound:g}s ({why})")
+def _check_together(config: Config, at: Said, given: Callable[[str], bool]) -> None:
+    """The window within the period, the jitter shorter than it, and the capture duty: checks of two
+    settings at once, blamed on the one the user gave (not a default)."""
     period_blamed = given("period") and not given("window")
     if config.window >= config.period:
         raise ConfigError(
@@ -303,24 +290,3 @@ def _check_times(config: Config, at: Said, given: Callable[[str], bool]) -> None
             f"capture duty of {config.duty:.0%}, above {MAX_DUTY:.0%}; shorten the window, lengthen the period, "
             f"or pass --allow-high-duty"
         )
-
-
-def _check_bounds(config: Config, at: Said) -> None:
-    """Every other setting within its own bounds."""
-    if not 0 < config.overhead_budget <= MAX_OVERHEAD_BUDGET:
-        raise ConfigError(f"{at('overhead_budget')}: must be a share above 0 and at most 100%; e.g. 1% or 0.01")
-    for name, lo, hi in (("port", 0, 65535), ("top_kernels", 1, 10_000), ("max_gpus", 1, 100_000)):
-        if not lo <= getattr(config, name) <= hi:
-            raise ConfigError(f"{at(name)}: must be between {lo} and {hi}")
-    for name in ("retention_files", "retention_bytes"):
-        if getattr(config, name) < 0:
-            raise ConfigError(f"{at(name)}: must not be negative (0 means no bound)")
-    for name in ("max_trace_bytes", "evidence_bytes", "evidence_files"):
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"{at(name)}: must be greater than 0")
-    if not config.address:
-        raise ConfigError(f"{at('address')}: must not be empty (0.0.0.0 listens on every interface)")
-    for name in ("gpu_properties", "web_config"):
-        path = getattr(config, name)
-        if path is not None and not path.is_file():
-            raise ConfigError(f"{at(name)}: does not exist or is not a file")

@@ -1,10 +1,12 @@
 """Values as people write them in flags, environment variables and YAML: durations (`500ms`, `2m`),
-sizes (`512MiB`, `2GiB`), booleans, lists. Each parser raises ValueError with what it expected."""
+sizes (`512MiB`, `2GiB`), booleans, lists. Each parser raises ValueError with what it expected; each
+check (`Seconds`, `Count`, `Share`, `FilePath`, `Text`) says why a parsed value is out of its bounds."""
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
@@ -117,14 +119,155 @@ def parse_path(value: object) -> Path | None:
     return Path(parse_str(value))
 
 
+# ---------------------------------------------------------------------------------------------
+# Checks: one per kind of bound, shared by the settings table (`config.SETTINGS`) and every source's
+# and option's keyword arguments, so that a value is refused by the same rule wherever it is set.
+# `problem` says why a parsed value is refused, after the value as the user typed it
+# (`--period 0: must be greater than 0`); `require` checks a keyword argument, whose type is not
+# known yet, and names what it must be (`period_s: 0 must be a positive number of seconds`).
+
+
+def _number(value: object) -> bool:
+    """A finite int or float (not a bool, which Python counts as an int)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Seconds:
+    """A duration in seconds: finite, above 0 (0 too with `zero`), at most `most` (`why` says why)."""
+
+    zero: bool = False
+    most: float | None = None
+    why: str = ""
+
+    def problem(self, value: object) -> str | None:
+        if not _number(value):
+            return f"must be {self.expected()}"
+        assert isinstance(value, int | float)
+        if value < 0 or (value == 0 and not self.zero):
+            return "must not be negative" if self.zero else "must be greater than 0"
+        if self.most is not None and value > self.most:
+            return f"must be at most {self.most:g}s ({self.why})"
+        return None
+
+    def expected(self) -> str:
+        what = "zero or more seconds" if self.zero else "a positive number of seconds"
+        return what if self.most is None else f"{what}, at most {self.most:g}"
+
+    def require(self, value: object, setting: str, prefix: str = "") -> float:
+        """`value` as a float, else a ConfigError naming `setting` (after `prefix`, e.g. the source)."""
+        _require(self, value, setting, prefix)
+        assert isinstance(value, int | float)
+        return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A whole number (of files, bytes, GPUs, retries...) from `least` to `most`; `zero_means` says
+    what 0 stands for where it is allowed as "no bound"."""
+
+    least: int = 1
+    most: int | None = None
+    zero_means: str = ""
+
+    def problem(self, value: object) -> str | None:
+        if not _whole(value):
+            return "must be a whole number"
+        assert isinstance(value, int)
+        if self.most is not None and not self.least <= value <= self.most:
+            return f"must be between {self.least} and {self.most}"
+        if value >= self.least:
+            return None
+        if self.least == 0:
+            return "must not be negative" + (f" ({self.zero_means})" if self.zero_means else "")
+        return "must be greater than 0" if self.least == 1 else f"must be at least {self.least}"
+
+    def expected(self) -> str:
+        if self.most is not None:
+            return f"a whole number between {self.least} and {self.most}"
+        return f"a whole number, {self.least} or more"
+
+    def require(self, value: object, setting: str, prefix: str = "") -> int:
+        """`value`, else a ConfigError naming `setting` (after `prefix`, e.g. the source)."""
+        _require(self, value, setting, prefix)
+        assert isinstance(value, int)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A share of something: above 0 and at most `most` (1.0: 100%)."""
+
+    most: float = 1.0
+
+    def problem(self, value: object) -> str | None:
+        if isinstance(value, int | float) and _number(value) and 0 < value <= self.most:
+            return None
+        return f"must be {self.expected()}; e.g. 1% or 0.01"
+
+    def expected(self) -> str:
+        return f"a share above 0 and at most {self.most:.0%}"
+
+    def require(self, value: object, setting: str, prefix: str = "") -> float:
+        _require(self, value, setting, prefix)
+        assert isinstance(value, int | float)
+        return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class FilePath:
+    """A file that exists (None: not set, which passes)."""
+
+    def problem(self, value: object) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str | Path):
+            return f"must be {self.expected()}"
+        return None if Path(value).is_file() else "does not exist or is not a file"
+
+    def expected(self) -> str:
+        return "the path of an existing file"
+
+    def require(self, value: object, setting: str, prefix: str = "") -> Path | None:
+        _require(self, value, setting, prefix)
+        return Path(value) if isinstance(value, str | Path) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A string that is not empty; `hint` says what to give instead of nothing."""
+
+    hint: str = ""
+
+    def problem(self, value: object) -> str | None:
+        if isinstance(value, str) and value:
+            return None
+        return "must not be empty" + (f" ({self.hint})" if self.hint else "")
+
+    def expected(self) -> str:
+        return "a string that is not empty"
+
+
+Check = Seconds | Count | Share | FilePath | Text
+"""A setting's bounds: the settings table carries one per row that has any."""
+
+
+def _require(check: Check, value: object, setting: str, prefix: str) -> None:
+    if check.problem(value) is not None:
+        raise ConfigError(f"{prefix}{setting}: {value!r} must be {check.expected()}")
+
+
 def check_seconds(value: float, setting: str, *, zero: bool = False, prefix: str = "") -> float:
     """`value` when it is a finite number of seconds above 0 (0 too with `zero`), else a ConfigError
     naming `setting` (after `prefix`, e.g. the source). NaN and infinity are refused."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        ok = False
-    else:
-        ok = value >= 0 if zero else value > 0
-    if not ok:
-        what = "zero or more seconds" if zero else "a positive number of seconds"
-        raise ConfigError(f"{prefix}{setting}: {value!r} must be {what}")
-    return float(value)
+    return Seconds(zero=zero).require(value, setting, prefix)
+
+
+def check_count(value: int, setting: str, *, least: int = 1, most: int | None = None, prefix: str = "") -> int:
+    """`value` when it is a whole number (not a bool) from `least` to `most`, else a ConfigError naming
+    `setting` (after `prefix`, e.g. the source), as `check_seconds` does for seconds."""
+    return Count(least, most).require(value, setting, prefix)

@@ -8,137 +8,27 @@ in 4 sub-partitions, shared memory granularity 128 bytes from 8.0 on and 256 bef
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import pytest
-
-from warpwatch.analysis.occupancy import NO_LIMIT, OccupancyResult, max_active_blocks
-from warpwatch.model import LIMITING_FACTORS, DeviceProperties
-
-KIB = 1024
-
-# deviceProperties as Kineto writes them (A100 and V100 from HolisticTraceAnalysis traces,
-# RTX 2080 Ti from facebookresearch/param, H100 from pytorch/kineto docs/traces).
-A100 = DeviceProperties(
-    id=0,
-    name="NVIDIA A100-SXM4-80GB",
-    compute_major=8,
-    compute_minor=0,
-    num_sms=108,
-    warp_size=32,
-    max_threads_per_block=1024,
-    max_threads_per_sm=2048,
-    regs_per_block=65536,
-    regs_per_sm=65536,
-    shared_mem_per_block=49152,
-    shared_mem_per_sm=167936,
-    shared_mem_per_block_optin=166912,
-)
-V100 = DeviceProperties(
-    id=0,
-    name="Tesla V100-SXM2-32GB",
-    compute_major=7,
-    compute_minor=0,
-    num_sms=80,
-    warp_size=32,
-    max_threads_per_block=1024,
-    max_threads_per_sm=2048,
-    regs_per_block=65536,
-    regs_per_sm=65536,
-    shared_mem_per_block=49152,
-    shared_mem_per_sm=98304,
-    shared_mem_per_block_optin=98304,
-)
-RTX2080TI = DeviceProperties(
-    id=0,
-    name="NVIDIA GeForce RTX 2080 Ti",
-    compute_major=7,
-    compute_minor=5,
-    num_sms=68,
-    warp_size=32,
-    max_threads_per_block=1024,
-    max_threads_per_sm=1024,
-    regs_per_block=65536,
-    regs_per_sm=65536,
-    shared_mem_per_block=49152,
-    shared_mem_per_sm=65536,
-    shared_mem_per_block_optin=65536,
-)
-RTX3090 = dataclasses.replace(
+from occupancy_devices import (
     A100,
-    name="NVIDIA GeForce RTX 3090",
-    compute_minor=6,
-    num_sms=82,
-    max_threads_per_sm=1536,
-    shared_mem_per_sm=102400,
-    shared_mem_per_block_optin=101376,
-)
-RTX4090 = dataclasses.replace(RTX3090, name="NVIDIA GeForce RTX 4090", compute_minor=9, num_sms=128)
-H100 = dataclasses.replace(
-    A100,
-    name="NVIDIA H100",
-    compute_major=9,
-    compute_minor=0,
-    num_sms=132,
-    shared_mem_per_sm=233472,
-    shared_mem_per_block_optin=232448,
-)
-B200 = dataclasses.replace(H100, name="NVIDIA B200", compute_major=10, num_sms=148)
-RTX5090 = dataclasses.replace(
+    B200,
+    GP100,
+    H100,
+    KIB,
+    REGS_PER_SUB_PARTITION,
+    RESERVE,
+    RTX2080TI,
     RTX3090,
-    name="NVIDIA GeForce RTX 5090",
-    compute_major=12,
-    compute_minor=0,
-    num_sms=170,
-)
-GP100 = DeviceProperties(
-    id=0,
-    name="Quadro GP100",
-    compute_major=6,
-    compute_minor=0,
-    num_sms=56,
-    warp_size=32,
-    max_threads_per_block=1024,
-    max_threads_per_sm=2048,
-    regs_per_block=65536,
-    regs_per_sm=65536,
-    shared_mem_per_block=49152,
-    shared_mem_per_sm=65536,
-    shared_mem_per_block_optin=49152,
-)
-MI250 = DeviceProperties(
-    id=0,
-    name="AMD Radeon Graphics",
-    compute_major=9,
-    compute_minor=0,
-    num_sms=104,
-    warp_size=64,
-    max_threads_per_block=1024,
-    max_threads_per_sm=2048,
-    regs_per_block=65536,
-    regs_per_sm=65536,
-    shared_mem_per_block=65536,
-    shared_mem_per_sm=65536,
-    shared_mem_per_block_optin=65536,
-    vendor="amd",
+    RTX4090,
+    RTX5090,
+    V100,
+    regs_per_warp,
+    smem_allocated,
+    warps_of,
 )
 
-RESERVE = 1024  # reservedSharedMemPerBlock from compute capability 8.0 on
-REGS_PER_SUB_PARTITION = 65536 // 4  # 4 sub-partitions per SM
-
-
-def warps_of(threads: int) -> int:
-    return -(-threads // 32)
-
-
-def regs_per_warp(regs_per_thread: int) -> int:
-    """Registers allocated per warp: regs x 32, rounded up to 256."""
-    return -(-regs_per_thread * 32 // 256) * 256
-
-
-def smem_allocated(bytes_: int, granularity: int = 128, reserve: int = RESERVE) -> int:
-    return -(-(bytes_ + reserve) // granularity) * granularity
+from warpwatch.analysis.occupancy import NO_LIMIT, max_active_blocks
+from warpwatch.model import LIMITING_FACTORS, DeviceProperties
 
 
 def test_a_small_kernel_on_a100_is_limited_by_warp_slots() -> None:
@@ -334,93 +224,3 @@ def test_limiting_factors_are_spelled_and_ordered_as_the_model_says() -> None:
     assert set(result.limiting_factors) <= set(LIMITING_FACTORS)
     assert list(result.limiting_factors) == [f for f in LIMITING_FACTORS if f in result.limiting_factors]
     assert result.limiting_factors == ("registers", "shared_memory")
-
-
-def test_a_block_larger_than_max_threads_per_block_has_zero_active_blocks() -> None:
-    result = max_active_blocks(A100, 1025, 16, 0)
-    assert result is not None
-    assert result.active_blocks_per_sm == 0
-    assert result.block_limit_warps == 0
-    assert "warps" in result.limiting_factors
-
-
-def test_a_gp100_block_refused_on_other_pascal_chips_is_refused_on_gp100_too() -> None:
-    # 704 threads = 22 warps of 88 regs (2816 per warp): 22 * 2816 = 61952 fits GP100's 2
-    # sub-partitions, but GP10x rounds to 24 warps: 67584 > 65536; the header refuses both.
-    assert 22 * regs_per_warp(88) <= 65536 < 24 * regs_per_warp(88)
-    result = max_active_blocks(GP100, 704, 88, 0)
-    assert result is not None
-    assert result.active_blocks_per_sm == 0
-    assert result.block_limit_registers == 0
-    gp102 = max_active_blocks(dataclasses.replace(GP100, compute_minor=1), 704, 88, 0)
-    assert gp102 is not None and gp102.active_blocks_per_sm == 0
-
-
-def test_an_amd_device_has_no_cuda_occupancy() -> None:
-    assert max_active_blocks(MI250, 256, 32, 0) is None
-
-
-@pytest.mark.parametrize(
-    "missing",
-    ["regs_per_block", "regs_per_sm", "shared_mem_per_block", "shared_mem_per_sm", "shared_mem_per_block_optin"],
-)
-def test_a_missing_device_property_makes_occupancy_unknown(missing: str) -> None:
-    change: dict[str, Any] = {missing: None}
-    assert max_active_blocks(dataclasses.replace(A100, **change), 256, 32, 0) is None
-
-
-def test_kinetos_default_limit_does_not_need_the_optin_property() -> None:
-    device = dataclasses.replace(A100, shared_mem_per_block_optin=None)
-    assert max_active_blocks(device, 256, 32, 0) is None
-    result = max_active_blocks(device, 256, 32, 0, shmem_limit="default")
-    assert result is not None and result.active_blocks_per_sm == 8
-
-
-@pytest.mark.parametrize(("major", "minor"), [(13, 0), (10, 2), (12, 2), (2, 0), (4, 0), (1, 3)])
-def test_a_compute_capability_the_header_does_not_know_is_unknown(major: int, minor: int) -> None:
-    device = dataclasses.replace(A100, compute_major=major, compute_minor=minor)
-    assert max_active_blocks(device, 256, 32, 0) is None
-
-
-@pytest.mark.parametrize(
-    ("block_size", "registers", "shared_memory"),
-    [(0, 32, 0), (-32, 32, 0), (256, -1, 0), (256, 32, -1), (2**31, 32, 0), (256, 2**31, 0)],
-)
-def test_inputs_the_header_rejects_or_cannot_take_are_unknown(
-    block_size: int, registers: int, shared_memory: int
-) -> None:
-    assert max_active_blocks(A100, block_size, registers, shared_memory) is None
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"num_sms": 0},
-        {"warp_size": 0},
-        {"max_threads_per_sm": -1},
-        {"shared_mem_per_block": 0},
-        {"shared_mem_per_sm": 200 * KIB},
-    ],
-    ids=[
-        "no SMs",
-        "no warp size",
-        "negative threads per SM",
-        "no shared memory per block",
-        "more shared memory per SM than any A100 carveout",
-    ],
-)
-def test_device_properties_the_header_rejects_make_occupancy_unknown(change: dict[str, Any]) -> None:
-    assert max_active_blocks(dataclasses.replace(A100, **change), 256, 32, 0) is None
-
-
-def test_an_unknown_shared_memory_limit_mode_is_a_programming_error() -> None:
-    with pytest.raises(ValueError, match="shmem_limit"):
-        max_active_blocks(A100, 256, 32, 0, shmem_limit="max")  # type: ignore[arg-type]
-
-
-def test_results_are_cached_and_immutable() -> None:
-    first = max_active_blocks(A100, 256, 32, 0)
-    assert first is max_active_blocks(A100, 256, 32, 0)
-    assert isinstance(first, OccupancyResult)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        first.active_blocks_per_sm = 1  # type: ignore[misc]

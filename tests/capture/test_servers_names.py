@@ -260,7 +260,7 @@ def test_server_options_are_checked_once_and_kept_frozen() -> None:
     assert (o.kind, o.url, o.name, o.request_timeout_s) == ("vllm", "http://h:1", "vllm:http://h:1", 3.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.url = "http://other:1"  # type: ignore[misc]
-    with pytest.raises(ConfigError, match="sglang source: max_retries must be >= 0"):
+    with pytest.raises(ConfigError, match="sglang source: max_retries: -1 must be a whole number, 0 or more"):
         sglang_source("http://h:1", "/tmp/unused", max_retries=-1)
 
 

@@ -28,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.helm import HELM, HELM_MISSING, SchemaError, needs_helm, schema_errors
+from support.helm import HELM, HELM_MISSING, needs_helm
 from support.paths import ROOT
 
 CHART = ROOT / "helm" / "warpwatch"
@@ -314,105 +314,3 @@ def test_a_deployment_that_includes_the_old_sidecar_template_is_told_what_to_inc
         'native sidecar on Kubernetes v1.33.0: include "warpwatch.initContainers" under initContainers and '
         '"warpwatch.containers" under containers instead'
     ) in new.stderr
-
-
-# ---------------------------------------------------------------------------------------------
-# NOTES.txt (helm template does not render it: a copy of the chart renders it into a ConfigMap)
-
-
-def notes(tmp_path: Path, values: dict[str, Any]) -> str:
-    chart = tmp_path / "warpwatch"
-    shutil.copytree(CHART, chart)
-    text = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
-    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + text + "{{- end }}\n")
-    (chart / "templates" / "notes.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
-        '  notes: {{ include "test.notes" . | quote }}\n'
-    )
-    proc = _helm(
-        "template",
-        RELEASE,
-        "CHART",
-        "--show-only",
-        "templates/notes.yaml",
-        "-f",
-        "-",
-        stdin=yaml.safe_dump(values),
-        chart=chart,
-    )
-    assert proc.returncode == 0, proc.stderr
-    rendered: str = yaml.safe_load(proc.stdout)["data"]["notes"]
-    return rendered
-
-
-@pytest.mark.parametrize(
-    ("values", "warning", "reminder"),
-    [
-        ({}, False, True),  # the sidecar for your own server, whose torch the chart cannot see
-        ({"kineto": {"torchVersion": "2.10.0"}}, False, False),
-        ({"example": {"enabled": True}}, False, False),  # its tag says its torch
-        ({"example": {"enabled": True, "image": {"tag": "latest"}}}, False, True),
-        ({"kineto": {"torchVersion": "2.8.0", "allowAffectedTorch": True}}, True, False),
-        (
-            {
-                "kineto": {"useDaemon": False, "torchVersion": "2.8.0"},
-                "warpwatch": {"config": {"source": ["dir:/tmp/warpwatch"]}},
-            },
-            False,
-            False,
-        ),
-    ],
-)
-def test_notes_warn_of_the_torch_hazard_where_it_may_apply(
-    tmp_path: Path, values: dict[str, Any], warning: bool, reminder: bool
-) -> None:
-    text = notes(tmp_path, values)
-    assert ("WARNING (kineto.allowAffectedTorch): " + HAZARD in text) == warning
-    assert ("Check the torch of the traced containers: " + HAZARD in text) == reminder
-
-
-def test_notes_say_where_the_sidecar_goes(tmp_path: Path) -> None:
-    text = notes(tmp_path, {})
-    assert 'initContainers += "warpwatch.initContainers" and containers += "warpwatch.containers"' in text
-    assert "a native sidecar in initContainers here, warpwatch.sidecarMode=auto" in text
-
-
-# ---------------------------------------------------------------------------------------------
-# values.schema.json on the new values
-
-
-@pytest.mark.parametrize(
-    "values",
-    [
-        {"warpwatch": {"sidecarMode": "auto"}},
-        {"warpwatch": {"sidecarMode": "native"}},
-        {"warpwatch": {"sidecarMode": "regular"}},
-        {"kineto": {"torchVersion": ""}},
-        {"kineto": {"torchVersion": "2.10.0"}},
-        {"kineto": {"torchVersion": "2.10.0+cu128"}},
-        {"kineto": {"torchVersion": "v2.11.1"}},
-        {"kineto": {"torchVersion": "2.13"}},
-        {"kineto": {"torchVersion": "2.9.1", "allowAffectedTorch": True}},
-    ],
-    ids=lambda v: json.dumps(v, sort_keys=True),
-)
-def test_the_schema_accepts_the_sidecar_and_torch_values(values: dict[str, Any]) -> None:
-    proc = _helm("lint", "--strict", "CHART", "-f", "-", stdin=yaml.safe_dump(values))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-@pytest.mark.parametrize(
-    ("text", "complaint"),
-    [
-        ("kineto:\n  torchVersion: 2.10\n", SchemaError("kineto.torchVersion", "type", "string")),
-        ("kineto:\n  torchVersion: latest\n", SchemaError("kineto.torchVersion", "pattern")),
-        ("kineto:\n  allowAffectedTorch: 1\n", SchemaError("kineto.allowAffectedTorch", "type", "boolean")),
-        ("warpwatch:\n  sidecarMode: Native\n", SchemaError("warpwatch.sidecarMode", "enum")),
-        ("warpwatch:\n  nativeSidecar: true\n", SchemaError("warpwatch.nativeSidecar", "additional")),
-    ],
-    ids=lambda v: v if isinstance(v, str) else None,
-)
-def test_the_schema_rejects_malformed_sidecar_and_torch_values(text: str, complaint: SchemaError) -> None:
-    proc = _helm("lint", "--strict", "CHART", "-f", "-", stdin=text)
-    assert proc.returncode != 0
-    assert complaint in schema_errors(proc.stdout + proc.stderr), proc.stdout + proc.stderr

@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError
-from ..units import check_seconds
+from ..units import check_count, check_seconds
 
 log = logging.getLogger(__name__)
 
@@ -336,8 +336,7 @@ def _check_settings(
     if window_s > period_s:
         raise ConfigError(f"window_s: {window_s!r} s is longer than period_s {period_s!r} s")
     check_seconds(first_delay_s, "first_delay_s", zero=True)
-    if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-        raise ConfigError(f"max_pending: {max_pending!r} must be a whole number of traces, 1 or more")
+    check_count(max_pending, "max_pending")
     if serve_port is not None:
         raise ConfigError(
             f"serve_port: {serve_port!r}: serving metrics from inside the process is not available yet; "

@@ -8,6 +8,8 @@ plain PromQL a Prometheus can evaluate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..export import metricdefs as md
 from . import queries as q
 from .alerts import alerts
@@ -50,15 +52,6 @@ def _gpu_ratio(s: Settings, num: md.MetricDef) -> str:
 
 
 def _overview(s: Settings) -> DashboardDef:
-    def gauge(metric: md.MetricDef) -> str:
-        return dashboard_series(s, metric, "gpu")
-
-    pod = (*s.fleet, "pod")
-    pods = record_matchers(s, "agent")
-    pod_share = q.record_ratio(
-        s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu", pods, RANGE, on=pod, den_by=pod
-    )
-
     return DashboardDef(
         uid="warpwatch-overview",
         title="warpwatch / Overview",
@@ -66,103 +59,121 @@ def _overview(s: Settings) -> DashboardDef:
         "(rates of corrected sums, empty windows included), NVML's view beside them, the kernels that "
         "take the time, and whether the capture window is long enough for the workload.",
         variables=("namespace", "pod", "gpu"),
-        panels=(
-            PanelDef(
-                "timeseries",
-                "Estimated occupancy per GPU",
-                "Resident warps per SM / the SM's maximum, averaged over the time the GPU was watched "
-                "(idle and empty windows count as zero): rate of Σ corrected kernel time x estimated "
-                "occupancy over rate of observed seconds.",
-                PERCENT,
-                (Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND),),
-                min=0,
-                max=1,
+        panels=(*_occupancy_panels(s), *_time_and_coverage_panels(s)),
+    )
+
+
+def _occupancy_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """Occupancy, resident warps and busy ratio per GPU, NVML's view beside them."""
+    gauge = _sel(s, "gpu")
+    return (
+        PanelDef(
+            "timeseries",
+            "Estimated occupancy per GPU",
+            "Resident warps per SM / the SM's maximum, averaged over the time the GPU was watched "
+            "(idle and empty windows count as zero): rate of Σ corrected kernel time x estimated "
+            "occupancy over rate of observed seconds.",
+            PERCENT,
+            (Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND),),
+            min=0,
+            max=1,
+        ),
+        PanelDef(
+            "timeseries",
+            "Estimated vs NVML GPM SM occupancy",
+            "warpwatch's estimate beside the hardware's SM occupancy (NVML GPM; Hopper and newer "
+            "only, absent elsewhere). They agree when the traced process is the GPU's only user and "
+            "the window holds its kernels.",
+            PERCENT,
+            (
+                Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND + " estimated"),
+                Query(f"avg_over_time({gauge(md.NVML_SM_OCCUPANCY)}[{RATE}])", GPU_LEGEND + " NVML GPM"),
             ),
-            PanelDef(
-                "timeseries",
-                "Estimated vs NVML GPM SM occupancy",
-                "warpwatch's estimate beside the hardware's SM occupancy (NVML GPM; Hopper and newer "
-                "only, absent elsewhere). They agree when the traced process is the GPU's only user and "
-                "the window holds its kernels.",
-                PERCENT,
-                (
-                    Query(_gpu_ratio(s, md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS), GPU_LEGEND + " estimated"),
-                    Query(f"avg_over_time({gauge(md.NVML_SM_OCCUPANCY)}[{RATE}])", GPU_LEGEND + " NVML GPM"),
+            min=0,
+            max=1,
+        ),
+        PanelDef(
+            "timeseries",
+            "Resident warps per SM per GPU",
+            "Average warps resident on an SM over the watched time, all kernels and streams together.",
+            COUNT,
+            (Query(_gpu_ratio(s, md.GPU_RESIDENT_WARPS_SECONDS), GPU_LEGEND),),
+            min=0,
+        ),
+        PanelDef(
+            "timeseries",
+            "Busy ratio vs NVML utilisation",
+            "Share of the watched time with at least one kernel running (sampling-corrected, "
+            "overlapping streams counted once), beside NVML's GPU utilisation. NVML well above the "
+            "estimate: kernels longer than the window are being missed.",
+            PERCENT,
+            (
+                Query(_gpu_ratio(s, md.GPU_BUSY_SECONDS), GPU_LEGEND + " busy"),
+                Query(f"avg_over_time({gauge(md.NVML_GPU_UTILIZATION)}[{RATE}])", GPU_LEGEND + " NVML utilisation"),
+            ),
+            min=0,
+            max=1,
+        ),
+    )
+
+
+def _time_and_coverage_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """The kernels that take the time, whether the window holds them, and the GPUs now."""
+    pod = (*s.fleet, "pod")
+    pods = record_matchers(s, "agent")
+    pod_share = q.record_ratio(
+        s, md.KERNEL_SECONDS, "pod_kernel", md.GPU_OBSERVED_SECONDS, "pod_gpu", pods, RANGE, on=pod, den_by=pod
+    )
+    gauge = _sel(s, "gpu")
+    return (
+        PanelDef(
+            "bargauge",
+            "Top kernels by time share",
+            "The 10 kernels with the largest share of the pod's watched GPU time over the selected "
+            "range (the pod's GPUs together): recorded rate of the kernel's corrected seconds over "
+            "recorded rate of the GPUs' observed seconds (kernels outside the top-K are summed into "
+            "`other`). Per GPU: the *Kernels* dashboard.",
+            PERCENT,
+            (Query(f"topk(10,\n{pod_share}\n)", "{{kernel}} ({{pod}})", instant=True),),
+            height=10,
+            min=0,
+            max=1,
+        ),
+        PanelDef(
+            "timeseries",
+            "Coverage: is the window long enough?",
+            "Share of the watched time in windows that captured no kernel (idle, or inside a kernel "
+            "longer than the window), in low-confidence windows, and the longest captured kernel as "
+            "a share of its window (maximum over each interval). Near 0.5 or above, or empty "
+            "windows while the workload runs: the window is too short (alert "
+            "WarpwatchWindowTooShort).",
+            PERCENT,
+            (
+                Query(_gpu_ratio(s, md.GPU_EMPTY_SECONDS), GPU_LEGEND + " empty windows"),
+                Query(_gpu_ratio(s, md.GPU_LOW_CONFIDENCE_SECONDS), GPU_LEGEND + " low confidence"),
+                Query(
+                    f"max_over_time({gauge(md.GPU_LONGEST_KERNEL_RATIO)}[{RATE}])",
+                    GPU_LEGEND + " longest kernel / window",
                 ),
-                min=0,
-                max=1,
             ),
-            PanelDef(
-                "timeseries",
-                "Resident warps per SM per GPU",
-                "Average warps resident on an SM over the watched time, all kernels and streams together.",
-                COUNT,
-                (Query(_gpu_ratio(s, md.GPU_RESIDENT_WARPS_SECONDS), GPU_LEGEND),),
-                min=0,
+            min=0,
+        ),
+        table_panel(
+            f"GPUs: {NOW}",
+            "The last round's values per GPU, for a glance at the present only (never average "
+            "them over time: the trends above are built from rates of sums). Device name, compute "
+            "capability, SM count, vendor and UUID from the traces or NVML (the UUID is the key to "
+            "join dcgm-exporter's series: its `gpu` label is another numbering).",
+            (
+                (gauge(md.GPU_BUSY), "Busy (last window)", PERCENT),
+                (gauge(md.GPU_ESTIMATED_OCCUPANCY), "Estimated occupancy (last window)", PERCENT),
+                (gauge(md.GPU_RESIDENT_WARPS_PER_SM), "Resident warps/SM (last window)", COUNT),
+                (gauge(md.GPU_LONGEST_KERNEL_RATIO), "Longest kernel / window (last window)", PERCENT),
+                (gauge(md.GPU_LOW_CONFIDENCE), "Low confidence (last window)", COUNT),
+                (gauge(md.GPU_INFO), None, ""),
             ),
-            PanelDef(
-                "timeseries",
-                "Busy ratio vs NVML utilisation",
-                "Share of the watched time with at least one kernel running (sampling-corrected, "
-                "overlapping streams counted once), beside NVML's GPU utilisation. NVML well above the "
-                "estimate: kernels longer than the window are being missed.",
-                PERCENT,
-                (
-                    Query(_gpu_ratio(s, md.GPU_BUSY_SECONDS), GPU_LEGEND + " busy"),
-                    Query(f"avg_over_time({gauge(md.NVML_GPU_UTILIZATION)}[{RATE}])", GPU_LEGEND + " NVML utilisation"),
-                ),
-                min=0,
-                max=1,
-            ),
-            PanelDef(
-                "bargauge",
-                "Top kernels by time share",
-                "The 10 kernels with the largest share of the pod's watched GPU time over the selected "
-                "range (the pod's GPUs together): recorded rate of the kernel's corrected seconds over "
-                "recorded rate of the GPUs' observed seconds (kernels outside the top-K are summed into "
-                "`other`). Per GPU: the *Kernels* dashboard.",
-                PERCENT,
-                (Query(f"topk(10,\n{pod_share}\n)", "{{kernel}} ({{pod}})", instant=True),),
-                height=10,
-                min=0,
-                max=1,
-            ),
-            PanelDef(
-                "timeseries",
-                "Coverage: is the window long enough?",
-                "Share of the watched time in windows that captured no kernel (idle, or inside a kernel "
-                "longer than the window), in low-confidence windows, and the longest captured kernel as "
-                "a share of its window (maximum over each interval). Near 0.5 or above, or empty "
-                "windows while the workload runs: the window is too short (alert "
-                "WarpwatchWindowTooShort).",
-                PERCENT,
-                (
-                    Query(_gpu_ratio(s, md.GPU_EMPTY_SECONDS), GPU_LEGEND + " empty windows"),
-                    Query(_gpu_ratio(s, md.GPU_LOW_CONFIDENCE_SECONDS), GPU_LEGEND + " low confidence"),
-                    Query(
-                        f"max_over_time({gauge(md.GPU_LONGEST_KERNEL_RATIO)}[{RATE}])",
-                        GPU_LEGEND + " longest kernel / window",
-                    ),
-                ),
-                min=0,
-            ),
-            table_panel(
-                f"GPUs: {NOW}",
-                "The last round's values per GPU, for a glance at the present only (never average "
-                "them over time: the trends above are built from rates of sums). Device name, compute "
-                "capability, SM count, vendor and UUID from the traces or NVML (the UUID is the key to "
-                "join dcgm-exporter's series: its `gpu` label is another numbering).",
-                (
-                    (gauge(md.GPU_BUSY), "Busy (last window)", PERCENT),
-                    (gauge(md.GPU_ESTIMATED_OCCUPANCY), "Estimated occupancy (last window)", PERCENT),
-                    (gauge(md.GPU_RESIDENT_WARPS_PER_SM), "Resident warps/SM (last window)", COUNT),
-                    (gauge(md.GPU_LONGEST_KERNEL_RATIO), "Longest kernel / window (last window)", PERCENT),
-                    (gauge(md.GPU_LOW_CONFIDENCE), "Low confidence (last window)", COUNT),
-                    (gauge(md.GPU_INFO), None, ""),
-                ),
-                height=8,
-                keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms", "vendor", "uuid"),
-            ),
+            height=8,
+            keep_labels=("namespace", "pod", "gpu", "name", "compute_capability", "sms", "vendor", "uuid"),
         ),
     )
 
@@ -178,14 +189,6 @@ EVIDENCE_RANGE = "?since=${__from:date:seconds}&until=${__to:date:seconds}"
 
 
 def _kernels(s: Settings) -> DashboardDef:
-    k = _sel(s, "kernel")
-
-    def gauge(metric: md.MetricDef) -> str:
-        return dashboard_series(s, metric, "kernel")
-
-    def mean(field: str, rng: str = RATE) -> str:
-        return q.kernel_mean(k, field, rng)
-
     return DashboardDef(
         uid="warpwatch-kernels",
         title="warpwatch / Kernels",
@@ -193,114 +196,164 @@ def _kernels(s: Settings) -> DashboardDef:
         "estimated occupancy, waves, time share and launch rate, each a ratio of rates of corrected sums.",
         variables=("namespace", "pod", "gpu", "kernel"),
         panels=(
-            table_panel(
-                "Kernels over the selected range",
-                "Per kernel over the selected range: duration-weighted means = rate(Σh·d·x) / rate(Σh·d); "
-                "time share and launches per second per second the GPU was watched. 'Reported warps/SM "
-                "(min)' is the profiler's own uncorrected value (negative = artefact).",
-                (
-                    (mean("warps_per_sm", RANGE), "Corrected warps/SM", COUNT),
-                    (
-                        f"min_over_time({gauge(md.KERNEL_REPORTED_WARPS_MIN)}[{RANGE}])",
-                        "Reported warps/SM (min)",
-                        COUNT,
-                    ),
-                    (mean("resident_warps_per_sm", RANGE), "Resident warps/SM", COUNT),
-                    (mean("theoretical_occupancy", RANGE), "Theoretical occupancy", PERCENT),
-                    (mean("estimated_occupancy", RANGE), "Estimated occupancy", PERCENT),
-                    (mean("waves_per_sm", RANGE), "Waves per SM", COUNT),
-                    (q.time_share(k, RANGE), "Time share", PERCENT),
-                    (q.launch_rate(k, RANGE), "Launches/s", PER_SECOND),
-                ),
-                height=12,
-                keep_labels=("namespace", "pod", "gpu", "kernel"),
-                sort_by="Time share",
-            ),
-            table_panel(
-                "Kernel names",
-                "The full name behind each `kernel` label over the selected range (warpwatch_kernel_info): "
-                "labels are short and stable; a label ending in ~hash was shortened from this name.",
-                ((f"max_over_time({gauge(md.KERNEL_INFO)}[{RANGE}])", None, ""),),
-                height=8,
-                keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
-            ),
-            PanelDef(
-                "timeseries",
-                "Estimated vs theoretical occupancy",
-                "Estimated (resident warps / SM maximum, waves and tail included) beside theoretical "
-                "(CUDA occupancy calculator) occupancy per kernel, duration-weighted. A gap means partial "
-                "waves.",
-                PERCENT,
-                (
-                    Query(mean("estimated_occupancy"), KERNEL_LEGEND + " estimated"),
-                    Query(mean("theoretical_occupancy"), KERNEL_LEGEND + " theoretical"),
-                ),
-                min=0,
-                max=1,
-                links=(evidence_link(s),),
-            ),
+            _kernels_over_range(s),
+            _kernel_names(s),
+            _estimated_vs_theoretical(s),
             *code_and_load_panels(s),
-            PanelDef(
-                "timeseries",
-                "Resident warps per SM",
-                "Average warps resident on an SM while the kernel runs (duration-weighted).",
-                COUNT,
-                (Query(mean("resident_warps_per_sm"), KERNEL_LEGEND),),
-                min=0,
-            ),
-            PanelDef(
-                "timeseries",
-                "Warps per SM (corrected)",
-                "Launched warps per SM, B*ceil(T/warpSize)/SMs: what the profiler's 'warps per SM' "
-                "means, computed right. Not bounded by the SM's capacity (all waves count).",
-                COUNT,
-                (Query(mean("warps_per_sm"), KERNEL_LEGEND),),
-            ),
-            PanelDef(
-                "timeseries",
-                "Waves per SM",
-                "Blocks / (max active blocks per SM x SMs), duration-weighted. Below 1 the GPU is not filled.",
-                COUNT,
-                (Query(mean("waves_per_sm"), KERNEL_LEGEND),),
-                min=0,
-            ),
-            PanelDef(
-                "timeseries",
-                "Time share",
-                "Share of the GPU's watched time spent in the kernel (sampling-corrected; concurrent "
-                "streams add up), empty windows included.",
-                PERCENT,
-                (Query(q.time_share(k, RATE), KERNEL_LEGEND),),
-                min=0,
-            ),
-            PanelDef(
-                "timeseries",
-                "Launches per second",
-                "Kernel launches per second of watched time (sampling-corrected).",
-                PER_SECOND,
-                (Query(q.launch_rate(k, RATE), KERNEL_LEGEND),),
-                min=0,
-            ),
-            table_panel(
-                f"Kernels: last {s.recording_window}",
-                f"Per kernel over the last {s.recording_window} (at least two capture periods), for a "
-                "glance at the present: the same ratios of rates as above over a short fixed range. "
-                "Few launches of long kernels fall in it. The last round's gauges themselves are opt-in "
-                "(`--kernel-gauges`).",
-                (
-                    (q.time_share(k, s.recording_window), "Time share", PERCENT),
-                    (q.launch_rate(k, s.recording_window), "Launches/s", PER_SECOND),
-                    (mean("warps_per_sm", s.recording_window), "Warps/SM", COUNT),
-                    (mean("resident_warps_per_sm", s.recording_window), "Resident warps/SM", COUNT),
-                    (mean("theoretical_occupancy", s.recording_window), "Theoretical occupancy", PERCENT),
-                    (mean("estimated_occupancy", s.recording_window), "Estimated occupancy", PERCENT),
-                    (mean("waves_per_sm", s.recording_window), "Waves per SM", COUNT),
-                ),
-                height=8,
-                keep_labels=("namespace", "pod", "gpu", "kernel"),
-                sort_by="Time share",
-            ),
+            *(_kernel_trend(s, *row) for row in KERNEL_TRENDS),
+            _kernels_recently(s),
         ),
+    )
+
+
+def _kernel_mean(field: str) -> Callable[[q.Sel, str], str]:
+    """The duration-weighted mean of a kernel's `field`, as a function of selector and range."""
+
+    def mean(sel: q.Sel, rng: str) -> str:
+        return q.kernel_mean(sel, field, rng)
+
+    return mean
+
+
+def _time_share(sel: q.Sel, rng: str) -> str:
+    return q.time_share(sel, rng)
+
+
+def _launch_rate(sel: q.Sel, rng: str) -> str:
+    return q.launch_rate(sel, rng)
+
+
+KERNEL_TRENDS: tuple[tuple[str, str, str, Callable[[q.Sel, str], str], float | None], ...] = (
+    (
+        "Resident warps per SM",
+        "Average warps resident on an SM while the kernel runs (duration-weighted).",
+        COUNT,
+        _kernel_mean("resident_warps_per_sm"),
+        0,
+    ),
+    (
+        "Warps per SM (corrected)",
+        "Launched warps per SM, B*ceil(T/warpSize)/SMs: what the profiler's 'warps per SM' "
+        "means, computed right. Not bounded by the SM's capacity (all waves count).",
+        COUNT,
+        _kernel_mean("warps_per_sm"),
+        None,
+    ),
+    (
+        "Waves per SM",
+        "Blocks / (max active blocks per SM x SMs), duration-weighted. Below 1 the GPU is not filled.",
+        COUNT,
+        _kernel_mean("waves_per_sm"),
+        0,
+    ),
+    (
+        "Time share",
+        "Share of the GPU's watched time spent in the kernel (sampling-corrected; concurrent "
+        "streams add up), empty windows included.",
+        PERCENT,
+        _time_share,
+        0,
+    ),
+    (
+        "Launches per second",
+        "Kernel launches per second of watched time (sampling-corrected).",
+        PER_SECOND,
+        _launch_rate,
+        0,
+    ),
+)
+"""The Kernels board's per-kernel trends, one panel each: (title, description, unit, the query as a
+function of selector and range, y-axis minimum)."""
+
+
+def _kernel_trend(
+    s: Settings, title: str, description: str, unit: str, query: Callable[[q.Sel, str], str], lo: float | None
+) -> PanelDef:
+    expr = query(_sel(s, "kernel"), RATE)
+    return PanelDef("timeseries", title, description, unit, (Query(expr, KERNEL_LEGEND),), min=lo)
+
+
+def _kernels_over_range(s: Settings) -> PanelDef:
+    k = _sel(s, "kernel")
+
+    return table_panel(
+        "Kernels over the selected range",
+        "Per kernel over the selected range: duration-weighted means = rate(Σh·d·x) / rate(Σh·d); "
+        "time share and launches per second per second the GPU was watched. 'Reported warps/SM "
+        "(min)' is the profiler's own uncorrected value (negative = artefact).",
+        (
+            (q.kernel_mean(k, "warps_per_sm", RANGE), "Corrected warps/SM", COUNT),
+            (
+                f"min_over_time({k(md.KERNEL_REPORTED_WARPS_MIN)}[{RANGE}])",
+                "Reported warps/SM (min)",
+                COUNT,
+            ),
+            (q.kernel_mean(k, "resident_warps_per_sm", RANGE), "Resident warps/SM", COUNT),
+            (q.kernel_mean(k, "theoretical_occupancy", RANGE), "Theoretical occupancy", PERCENT),
+            (q.kernel_mean(k, "estimated_occupancy", RANGE), "Estimated occupancy", PERCENT),
+            (q.kernel_mean(k, "waves_per_sm", RANGE), "Waves per SM", COUNT),
+            (q.time_share(k, RANGE), "Time share", PERCENT),
+            (q.launch_rate(k, RANGE), "Launches/s", PER_SECOND),
+        ),
+        height=12,
+        keep_labels=("namespace", "pod", "gpu", "kernel"),
+        sort_by="Time share",
+    )
+
+
+def _kernel_names(s: Settings) -> PanelDef:
+    gauge = _sel(s, "kernel")
+    return table_panel(
+        "Kernel names",
+        "The full name behind each `kernel` label over the selected range (warpwatch_kernel_info): "
+        "labels are short and stable; a label ending in ~hash was shortened from this name.",
+        ((f"max_over_time({gauge(md.KERNEL_INFO)}[{RANGE}])", None, ""),),
+        height=8,
+        keep_labels=("namespace", "pod", "gpu", "kernel", "name"),
+    )
+
+
+def _estimated_vs_theoretical(s: Settings) -> PanelDef:
+    k = _sel(s, "kernel")
+
+    return PanelDef(
+        "timeseries",
+        "Estimated vs theoretical occupancy",
+        "Estimated (resident warps / SM maximum, waves and tail included) beside theoretical "
+        "(CUDA occupancy calculator) occupancy per kernel, duration-weighted. A gap means partial "
+        "waves.",
+        PERCENT,
+        (
+            Query(q.kernel_mean(k, "estimated_occupancy", RATE), KERNEL_LEGEND + " estimated"),
+            Query(q.kernel_mean(k, "theoretical_occupancy", RATE), KERNEL_LEGEND + " theoretical"),
+        ),
+        min=0,
+        max=1,
+        links=(evidence_link(s),),
+    )
+
+
+def _kernels_recently(s: Settings) -> PanelDef:
+    k = _sel(s, "kernel")
+
+    return table_panel(
+        f"Kernels: last {s.recording_window}",
+        f"Per kernel over the last {s.recording_window} (at least two capture periods), for a "
+        "glance at the present: the same ratios of rates as above over a short fixed range. "
+        "Few launches of long kernels fall in it. The last round's gauges themselves are opt-in "
+        "(`--kernel-gauges`).",
+        (
+            (q.time_share(k, s.recording_window), "Time share", PERCENT),
+            (q.launch_rate(k, s.recording_window), "Launches/s", PER_SECOND),
+            (q.kernel_mean(k, "warps_per_sm", s.recording_window), "Warps/SM", COUNT),
+            (q.kernel_mean(k, "resident_warps_per_sm", s.recording_window), "Resident warps/SM", COUNT),
+            (q.kernel_mean(k, "theoretical_occupancy", s.recording_window), "Theoretical occupancy", PERCENT),
+            (q.kernel_mean(k, "estimated_occupancy", s.recording_window), "Estimated occupancy", PERCENT),
+            (q.kernel_mean(k, "waves_per_sm", s.recording_window), "Waves per SM", COUNT),
+        ),
+        height=8,
+        keep_labels=("namespace", "pod", "gpu", "kernel"),
+        sort_by="Time share",
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from ..export import metricdefs as md
 from ..model import ARTIFACT_EXPLANATIONS, ARTIFACT_KINDS
 from . import queries as q
@@ -22,6 +24,16 @@ from .settings import FAILING_MATCHER, Settings, dashboard_series, record_matche
 RATE = "$__rate_interval"
 
 
+def _agent(s: Settings, metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
+    """`metric` as the agent-level panels select it."""
+    return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
+
+
+def _kernel(s: Settings, metric: md.MetricDef) -> str:
+    """`metric` as the kernel-level panels select it."""
+    return dashboard_series(s, metric, "kernel")
+
+
 def _artifact_text() -> str:
     rows = "\n".join(f"| `{kind}` | {ARTIFACT_EXPLANATIONS[kind]} |" for kind in ARTIFACT_KINDS)
     return (
@@ -39,99 +51,109 @@ def _artifact_text() -> str:
 def artifacts(s: Settings) -> DashboardDef:
     """Where the profiler's own numbers are wrong."""
 
-    def k(metric: md.MetricDef) -> str:
-        return dashboard_series(s, metric, "kernel")
-
-    arts = k(md.PROFILER_ARTIFACTS)
     return DashboardDef(
         uid="warpwatch-artifacts",
         title="warpwatch / Profiler artefacts",
         description="Where the profiler's own numbers are wrong, by kind and kernel, and the reported "
         "warps per SM beside the corrected ones.",
         variables=("namespace", "pod", "gpu", "kernel"),
-        panels=(
-            PanelDef(
-                "text",
-                "What the artefact kinds mean",
-                "Each kind of profiler artefact warpwatch detects, in one line.",
-                width=8,
-                height=18,
-                content=_artifact_text(),
-            ),
-            PanelDef(
-                "timeseries",
-                "Artefacts by kind",
-                "Launches per second whose profiler-reported values are wrong, by artefact kind.",
-                PER_SECOND,
-                (Query(f"sum by (artifact) (rate({arts}[$__rate_interval]))", "{{artifact}}"),),
-                width=16,
-                height=9,
-                min=0,
-            ),
-            PanelDef(
-                "timeseries",
-                "Artefacts by kernel",
-                "Launches per second with profiler artefacts, by GPU, kernel and kind.",
-                PER_SECOND,
-                (
-                    Query(
-                        f"sum by (gpu, kernel, artifact) (rate({arts}[$__rate_interval]))",
-                        "GPU {{gpu}} {{kernel}}: {{artifact}}",
-                    ),
+        panels=(*_artifact_rate_panels(s), *_artifact_range_panels(s)),
+    )
+
+
+def _artifact_rate_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """What the artefacts mean, and their rate by kind and by kernel."""
+    arts = _kernel(s, md.PROFILER_ARTIFACTS)
+    return (
+        PanelDef(
+            "text",
+            "What the artefact kinds mean",
+            "Each kind of profiler artefact warpwatch detects, in one line.",
+            width=8,
+            height=18,
+            content=_artifact_text(),
+        ),
+        PanelDef(
+            "timeseries",
+            "Artefacts by kind",
+            "Launches per second whose profiler-reported values are wrong, by artefact kind.",
+            PER_SECOND,
+            (Query(f"sum by (artifact) (rate({arts}[$__rate_interval]))", "{{artifact}}"),),
+            width=16,
+            height=9,
+            min=0,
+        ),
+        PanelDef(
+            "timeseries",
+            "Artefacts by kernel",
+            "Launches per second with profiler artefacts, by GPU, kernel and kind.",
+            PER_SECOND,
+            (
+                Query(
+                    f"sum by (gpu, kernel, artifact) (rate({arts}[$__rate_interval]))",
+                    "GPU {{gpu}} {{kernel}}: {{artifact}}",
                 ),
-                width=16,
-                height=9,
-                min=0,
             ),
-            PanelDef(
-                "timeseries",
-                "Reported vs corrected warps per SM",
-                "Why is my warps per SM negative? The trace's own value (minimum over the launches, "
-                "uncorrected) beside warpwatch's recomputation for the same kernel (duration-weighted mean).",
-                COUNT,
-                (
-                    Query(
-                        f"min_over_time({k(md.KERNEL_REPORTED_WARPS_MIN)}[{RATE}])", KERNEL_LEGEND + " reported (min)"
-                    ),
-                    Query(q.kernel_mean(k, "warps_per_sm", RATE), KERNEL_LEGEND + " corrected"),
+            width=16,
+            height=9,
+            min=0,
+        ),
+    )
+
+
+def _artifact_range_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """The reported against the corrected values, and the artefacts over the selected range."""
+    arts = _kernel(s, md.PROFILER_ARTIFACTS)
+    return (
+        PanelDef(
+            "timeseries",
+            "Reported vs corrected warps per SM",
+            "Why is my warps per SM negative? The trace's own value (minimum over the launches, "
+            "uncorrected) beside warpwatch's recomputation for the same kernel (duration-weighted mean).",
+            COUNT,
+            (
+                Query(
+                    f"min_over_time({_kernel(s, md.KERNEL_REPORTED_WARPS_MIN)}[{RATE}])",
+                    KERNEL_LEGEND + " reported (min)",
                 ),
-                width=24,
-                height=10,
+                Query(q.kernel_mean(partial(_kernel, s), "warps_per_sm", RATE), KERNEL_LEGEND + " corrected"),
             ),
-            PanelDef(
-                "table",
-                "Artefacts in the selected range",
-                "Launches with each artefact kind over the selected range, per kernel.",
-                "none",
-                (
-                    Query(
-                        f"sum by (namespace, pod, gpu, kernel, artifact) (increase({arts}[$__range])) > 0",
-                        instant=True,
-                        table=True,
-                    ),
+            width=24,
+            height=10,
+        ),
+        PanelDef(
+            "table",
+            "Artefacts in the selected range",
+            "Launches with each artefact kind over the selected range, per kernel.",
+            "none",
+            (
+                Query(
+                    f"sum by (namespace, pod, gpu, kernel, artifact) (increase({arts}[$__range])) > 0",
+                    instant=True,
+                    table=True,
                 ),
-                width=16,
-                height=10,
-                columns=(Column("A", "Launches", COUNT),),
-                keep_labels=("namespace", "pod", "gpu", "kernel", "artifact"),
-                sort_by="Launches",
             ),
-            PanelDef(
-                "stat",
-                "Artefacts per captured launch",
-                "Artefacts counted over the selected range divided by launches captured; above 100 % "
-                "when launches carry several kinds.",
-                PERCENT,
-                (
-                    Query(
-                        f"(sum(increase({arts}[$__range])) or vector(0))\n  / "
-                        f"sum(increase({k(md.KERNEL_LAUNCHES_OBSERVED)}[$__range]))",
-                        instant=True,
-                    ),
+            width=16,
+            height=10,
+            columns=(Column("A", "Launches", COUNT),),
+            keep_labels=("namespace", "pod", "gpu", "kernel", "artifact"),
+            sort_by="Launches",
+        ),
+        PanelDef(
+            "stat",
+            "Artefacts per captured launch",
+            "Artefacts counted over the selected range divided by launches captured; above 100 % "
+            "when launches carry several kinds.",
+            PERCENT,
+            (
+                Query(
+                    f"(sum(increase({arts}[$__range])) or vector(0))\n  / "
+                    f"sum(increase({_kernel(s, md.KERNEL_LAUNCHES_OBSERVED)}[$__range]))",
+                    instant=True,
                 ),
-                width=8,
-                height=10,
             ),
+            width=8,
+            height=10,
         ),
     )
 
@@ -139,143 +161,161 @@ def artifacts(s: Settings) -> DashboardDef:
 def agent_health(s: Settings) -> DashboardDef:
     """Is the agent capturing and analysing windows."""
 
-    def a(metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
-        return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
-
-    failing = a(md.WINDOWS, FAILING_MATCHER)
-    quantiles = tuple(
-        Query(
-            f"histogram_quantile({q}, sum by (namespace, pod, le) "
-            f"(rate({a(md.WINDOW_PROCESSING, suffix='_bucket')}[$__rate_interval])))",
-            f"{{{{pod}}}} p{round(q * 100)}",
-        )
-        for q in (0.5, 0.9, 0.99)
-    )
     return DashboardDef(
         uid="warpwatch-agent-health",
         title="warpwatch / Agent health",
         description="Is the agent capturing and analysing windows: outcomes, faults, processing time, "
         "duty cycle, folded kernels, last window age, NVML.",
         variables=("namespace", "pod", "gpu"),
-        panels=(
-            PanelDef(
-                "stat",
-                "Last window age",
-                f"Time since the last window finished (any outcome), in capture periods "
-                f"(`{md.CAPTURE_PERIOD.name}`). Red from {s.stale_periods:g}: alert WarpwatchNoRecentWindow.",
-                COUNT,
-                (
-                    Query(
-                        f"(time() - {a(md.LAST_WINDOW_TIMESTAMP)})\n  / {a(md.CAPTURE_PERIOD)}", "{{pod}}", instant=True
-                    ),
+        panels=(*_agent_status_panels(s), *_window_panels(s), *_capture_panels(s), *_cost_panels(s)),
+    )
+
+
+def _agent_status_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """The agent at a glance: last window age, failing windows, NVML."""
+
+    failing = _agent(s, md.WINDOWS, FAILING_MATCHER)
+    return (
+        PanelDef(
+            "stat",
+            "Last window age",
+            f"Time since the last window finished (any outcome), in capture periods "
+            f"(`{md.CAPTURE_PERIOD.name}`). Red from {s.stale_periods:g}: alert WarpwatchNoRecentWindow.",
+            COUNT,
+            (
+                Query(
+                    f"(time() - {_agent(s, md.LAST_WINDOW_TIMESTAMP)})\n  / {_agent(s, md.CAPTURE_PERIOD)}",
+                    "{{pod}}",
+                    instant=True,
                 ),
-                width=8,
-                height=5,
-                thresholds=(("green", None), ("red", s.stale_periods)),
             ),
-            PanelDef(
-                "stat",
-                "Failing windows",
-                "Share of windows over the selected range that failed or timed out (0 when none did).",
-                PERCENT,
-                (
-                    Query(
-                        f"(\n  sum by (namespace, pod) (increase({failing}[$__range]))\n"
-                        f"  or sum by (namespace, pod) (increase({a(md.WINDOWS)}[$__range])) * 0\n)\n"
-                        f"/ sum by (namespace, pod) (increase({a(md.WINDOWS)}[$__range]))",
-                        "{{pod}}",
-                        instant=True,
-                    ),
+            width=8,
+            height=5,
+            thresholds=(("green", None), ("red", s.stale_periods)),
+        ),
+        PanelDef(
+            "stat",
+            "Failing windows",
+            "Share of windows over the selected range that failed or timed out (0 when none did).",
+            PERCENT,
+            (
+                Query(
+                    f"(\n  sum by (namespace, pod) (increase({failing}[$__range]))\n"
+                    f"  or sum by (namespace, pod) (increase({_agent(s, md.WINDOWS)}[$__range])) * 0\n)\n"
+                    f"/ sum by (namespace, pod) (increase({_agent(s, md.WINDOWS)}[$__range]))",
+                    "{{pod}}",
+                    instant=True,
                 ),
-                width=8,
-                height=5,
-                thresholds=(("green", None), ("red", s.failing_ratio)),
             ),
-            PanelDef(
-                "stat",
-                "NVML up",
-                "Whether NVML answered at the last sample (GPU utilisation and GPM occupancy need it).",
-                "none",
-                (Query(a(md.NVML_UP), "{{pod}}", instant=True),),
-                width=8,
-                height=5,
-                thresholds=(("red", None), ("green", 1)),
-                mappings=(("0", "down", "red"), ("1", "up", "green")),
-            ),
-            PanelDef(
-                "timeseries",
-                "Windows by outcome",
-                "Capture windows finished per minute, by outcome (ok, empty, failed, timed_out).",
-                "opm",
-                (
-                    Query(
-                        f"sum by (namespace, pod, outcome) (rate({a(md.WINDOWS)}[$__rate_interval])) * 60",
-                        "{{pod}} {{outcome}}",
-                    ),
+            width=8,
+            height=5,
+            thresholds=(("green", None), ("red", s.failing_ratio)),
+        ),
+        PanelDef(
+            "stat",
+            "NVML up",
+            "Whether NVML answered at the last sample (GPU utilisation and GPM occupancy need it).",
+            "none",
+            (Query(_agent(s, md.NVML_UP), "{{pod}}", instant=True),),
+            width=8,
+            height=5,
+            thresholds=(("red", None), ("green", 1)),
+            mappings=(("0", "down", "red"), ("1", "up", "green")),
+        ),
+    )
+
+
+def _window_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """What happens to the windows: outcomes, faults, processing time."""
+
+    quantiles = tuple(
+        Query(
+            f"histogram_quantile({q}, sum by (namespace, pod, le) "
+            f"(rate({_agent(s, md.WINDOW_PROCESSING, suffix='_bucket')}[$__rate_interval])))",
+            f"{{{{pod}}}} p{round(q * 100)}",
+        )
+        for q in (0.5, 0.9, 0.99)
+    )
+    return (
+        PanelDef(
+            "timeseries",
+            "Windows by outcome",
+            "Capture windows finished per minute, by outcome (ok, empty, failed, timed_out).",
+            "opm",
+            (
+                Query(
+                    f"sum by (namespace, pod, outcome) (rate({_agent(s, md.WINDOWS)}[$__rate_interval])) * 60",
+                    "{{pod}} {{outcome}}",
                 ),
-                min=0,
             ),
-            PanelDef(
-                "timeseries",
-                "Faults by stage and reason",
-                "Faults the agent survived per minute: failed or timed-out windows by cause, refused "
-                "trace files (links out of the folder, FIFOs, other users' files), NVML errors, wall-clock "
-                "steps, overrun rounds. The agent keeps serving its last good snapshot meanwhile.",
-                "opm",
-                (
-                    Query(
-                        f"sum by (namespace, pod, stage, reason) (rate({a(md.ERRORS)}[$__rate_interval])) * 60 > 0",
-                        "{{pod}} {{stage}}/{{reason}}",
-                    ),
+            min=0,
+        ),
+        PanelDef(
+            "timeseries",
+            "Faults by stage and reason",
+            "Faults the agent survived per minute: failed or timed-out windows by cause, refused "
+            "trace files (links out of the folder, FIFOs, other users' files), NVML errors, wall-clock "
+            "steps, overrun rounds. The agent keeps serving its last good snapshot meanwhile.",
+            "opm",
+            (
+                Query(
+                    f"sum by (namespace, pod, stage, reason) (rate({_agent(s, md.ERRORS)}[$__rate_interval])) * 60 > 0",
+                    "{{pod}} {{stage}}/{{reason}}",
                 ),
-                min=0,
             ),
-            PanelDef(
-                "timeseries",
-                "Window processing time",
-                "Time to read and analyse one window's trace: median, 90th and 99th percentile.",
-                SECONDS,
-                quantiles,
-                min=0,
+            min=0,
+        ),
+        PanelDef(
+            "timeseries",
+            "Window processing time",
+            "Time to read and analyse one window's trace: median, 90th and 99th percentile.",
+            SECONDS,
+            quantiles,
+            min=0,
+        ),
+    )
+
+
+def _capture_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """What the agent captures: duty cycle, window and period, folded kernels."""
+
+    return (
+        PanelDef(
+            "timeseries",
+            "Capture duty cycle",
+            f"Captured time / wall time (window / period). Bound: {s.max_capture_duty:.0%}.",
+            PERCENT,
+            (Query(_agent(s, md.CAPTURE_DUTY), "{{pod}}"),),
+            min=0,
+            thresholds=(("green", None), ("red", s.max_capture_duty)),
+        ),
+        PanelDef(
+            "timeseries",
+            "Capture window and period",
+            "The window the agent asks its sources for (it grows with --adaptive-window) and the "
+            "period in force between rounds: --period, stretched while the measured cost to the server "
+            "is above --overhead-budget.",
+            SECONDS,
+            (
+                Query(_agent(s, md.CAPTURE_WINDOW), "{{pod}} window"),
+                Query(_agent(s, md.CAPTURE_PERIOD), "{{pod}} period"),
             ),
-            PanelDef(
-                "timeseries",
-                "Capture duty cycle",
-                f"Captured time / wall time (window / period). Bound: {s.max_capture_duty:.0%}.",
-                PERCENT,
-                (Query(a(md.CAPTURE_DUTY), "{{pod}}"),),
-                min=0,
-                thresholds=(("green", None), ("red", s.max_capture_duty)),
-            ),
-            PanelDef(
-                "timeseries",
-                "Capture window and period",
-                "The window the agent asks its sources for (it grows with --adaptive-window) and the "
-                "period in force between rounds: --period, stretched while the measured cost to the server "
-                "is above --overhead-budget.",
-                SECONDS,
-                (
-                    Query(a(md.CAPTURE_WINDOW), "{{pod}} window"),
-                    Query(a(md.CAPTURE_PERIOD), "{{pod}} period"),
+            min=0,
+        ),
+        PanelDef(
+            "timeseries",
+            "Kernels folded into other",
+            'Kernels per second folded into kernel="other" because they fell outside the '
+            "top-K by GPU time; a steady high rate means many small kernels.",
+            PER_SECOND,
+            (
+                Query(
+                    "sum by (namespace, pod, gpu) "
+                    f"(rate({dashboard_series(s, md.KERNELS_FOLDED, 'gpu')}[$__rate_interval]))",
+                    GPU_LEGEND,
                 ),
-                min=0,
             ),
-            PanelDef(
-                "timeseries",
-                "Kernels folded into other",
-                'Kernels per second folded into kernel="other" because they fell outside the '
-                "top-K by GPU time; a steady high rate means many small kernels.",
-                PER_SECOND,
-                (
-                    Query(
-                        "sum by (namespace, pod, gpu) "
-                        f"(rate({dashboard_series(s, md.KERNELS_FOLDED, 'gpu')}[$__rate_interval]))",
-                        GPU_LEGEND,
-                    ),
-                ),
-                min=0,
-            ),
-            *_cost_panels(s),
+            min=0,
         ),
     )
 
@@ -283,19 +323,14 @@ def agent_health(s: Settings) -> DashboardDef:
 def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
     """What the agent costs the server it profiles (`warpwatch.overhead`), and its budget."""
 
-    def a(metric: md.MetricDef, *extra: str, suffix: str = "") -> str:
-        return dashboard_series(s, metric, "agent", *extra, suffix=suffix)
+    return (*_budget_panels(s), *_cost_cause_panels(s))
+
+
+def _budget_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """The agent's cost to the server against its budget, now and over time."""
 
     bound = 1 + s.overhead_tolerance
     budget_used = f"{q.OVERHEAD_BUDGET_USED}{{{', '.join(record_matchers(s, 'agent'))}}}"
-    stops = tuple(
-        Query(
-            f"histogram_quantile({quantile}, sum by (namespace, pod, source, le) "
-            f"(rate({a(md.CAPTURE_STOP, suffix='_bucket')}[$__rate_interval])))",
-            f"{{{{pod}}}} {{{{source}}}} p{round(quantile * 100)}",
-        )
-        for quantile in (0.5, 0.99)
-    )
     return (
         PanelDef(
             "stat",
@@ -316,11 +351,26 @@ def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
             "slowdown inside windows or stop stall, per period; absent until measured), beside its "
             "--overhead-budget. Above the budget the agent stretches its period (*Capture window and period*).",
             PERCENT,
-            (Query(a(md.OVERHEAD), "{{pod}} cost"), Query(a(md.OVERHEAD_BUDGET), "{{pod}} budget")),
+            (Query(_agent(s, md.OVERHEAD), "{{pod}} cost"), Query(_agent(s, md.OVERHEAD_BUDGET), "{{pod}} budget")),
             width=6,
             height=8,
             min=0,
         ),
+    )
+
+
+def _cost_cause_panels(s: Settings) -> tuple[PanelDef, ...]:
+    """Where the cost comes from: the stall of each stop and the slowdown inside windows."""
+
+    stops = tuple(
+        Query(
+            f"histogram_quantile({quantile}, sum by (namespace, pod, source, le) "
+            f"(rate({_agent(s, md.CAPTURE_STOP, suffix='_bucket')}[$__rate_interval])))",
+            f"{{{{pod}}}} {{{{source}}}} p{round(quantile * 100)}",
+        )
+        for quantile in (0.5, 0.99)
+    )
+    return (
         PanelDef(
             "timeseries",
             "Capture stop stall",
@@ -338,7 +388,7 @@ def _cost_panels(s: Settings) -> tuple[PanelDef, ...]:
             "Mean inter-token latency the server reported inside capture windows over the mean outside "
             "them, minus 1, over the last rounds (vllm and sglang sources; absent until known).",
             PERCENT,
-            (Query(a(md.SERVED_SLOWDOWN), "{{pod}} {{source}}"),),
+            (Query(_agent(s, md.SERVED_SLOWDOWN), "{{pod}} {{source}}"),),
             width=6,
             height=8,
         ),

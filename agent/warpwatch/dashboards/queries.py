@@ -200,13 +200,22 @@ def pod_kernel_labels(s: Settings) -> tuple[str, ...]:
 
 def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
     """Tier 1 from raw series, tier 2 from tier 1, then the fleet ratios (module section above)."""
+    return (
+        *_pod_rates(s),
+        overhead_budget_used(s),
+        *launch_info_records(s),
+        *_fleet_sums(s),
+        *_fleet_ratios(s),
+    )
+
+
+def _pod_rates(s: Settings) -> list[RecordingDef]:
+    """Tier 1: the rates of the raw series per GPU and per pod and kernel."""
 
     def sel(metric: md.MetricDef) -> str:
         return series(metric, s.selector)
 
     w = s.recording_window
-    fleet = s.fleet
-    on = _labels(fleet)
     out = [
         RecordingDef(
             rate_record(s, m, "pod_gpu"),
@@ -225,9 +234,13 @@ def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
         )
         for m in KERNEL_RATES
     ]
-    out.append(overhead_budget_used(s))
-    out += launch_info_records(s)
-    out += [
+    return out
+
+
+def _fleet_sums(s: Settings) -> list[RecordingDef]:
+    """Tier 2: the tier-1 rates summed over the fleet labels."""
+    on = _labels(s.fleet)
+    out = [
         RecordingDef(
             rate_record(s, m, "fleet"),
             f"sum by ({on}) ({rate_record(s, m, 'pod_gpu')})",
@@ -245,9 +258,16 @@ def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
         )
         for m in KERNEL_RATES
     ]
+    return out
+
+
+def _fleet_ratios(s: Settings) -> list[RecordingDef]:
+    """The fleet's ratios of tier-2 rates: time share, occupancy and busy ratio."""
+    w = s.recording_window
+    on = _labels(s.fleet)
     observed = rate_record(s, md.GPU_OBSERVED_SECONDS, "fleet")
     kernel_seconds = rate_record(s, md.KERNEL_SECONDS, "fleet_kernel")
-    out += [
+    return [
         RecordingDef(
             f"fleet_kernel:warpwatch_kernel_time_share:ratio_rate{w}",
             f"{kernel_seconds}\n  / on ({on}) group_left\n{observed}",
@@ -273,7 +293,6 @@ def recording_rules(s: Settings) -> tuple[RecordingDef, ...]:
             GROUP_FLEET,
         ),
     ]
-    return tuple(out)
 
 
 def record_ratio(

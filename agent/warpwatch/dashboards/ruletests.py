@@ -269,7 +269,7 @@ def promtool_tests(s: Settings, rule_file: str) -> dict[str, Any]:
         alert_of[alert.name] = alert
     for name, scs in found.items():
         alert = alert_of[name]
-        for sc in one_deployment_each(scs) if name in MERGED else scs:
+        for sc in one_deployment_each(scs, s) if name in MERGED else scs:
             tests.append(_test(alert, sc, s))
     tests.append(recording_test(s))
     tests.append(overhead_recording_test(s))

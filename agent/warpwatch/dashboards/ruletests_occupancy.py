@@ -103,10 +103,14 @@ class _Timeline:
         )
 
 
-def one_deployment_each(found: list[Scenario]) -> list[Scenario]:
+def one_deployment_each(found: list[Scenario], s: Settings) -> list[Scenario]:
     """The scenarios of one alert merged into one promtool test per evaluation time, each in a
-    deployment (and pod) of its own: promtool evaluates every rule at every minute of every test, and
-    these need a day or two of history each; the alerts sum by deployment, so they cannot mix."""
+    deployment of its own (every fleet label and the pod suffixed with its index): promtool evaluates
+    every rule at every minute of every test, and these need a day or two of history each; the
+    alerts sum by the fleet labels, so the scenarios cannot mix."""
+    varied = [k for k in (*s.fleet, "pod") if k in AGENT]
+    if varied == ["pod"]:
+        return found  # no fleet label is attached to the inputs: nothing keeps them apart
     by_time: dict[int, list[Scenario]] = {}
     for sc in found:
         by_time.setdefault(sc.eval_min, []).append(sc)
@@ -115,13 +119,13 @@ def one_deployment_each(found: list[Scenario]) -> list[Scenario]:
         series: list[tuple[str, str]] = []
         fires: list[Firing] = []
         for i, sc in enumerate(group):
-            own = {"deployment": f"{AGENT['deployment']}-{i}", "pod": f"{AGENT['deployment']}-{i}-0"}
+            own = {k: f"{AGENT[k]}-{i}" for k in varied}
             for name, values in sc.series:
                 for key in own:
                     name = name.replace(f'{key}="{AGENT[key]}"', f'{key}="{own[key]}"')
                 series.append((name, values))
             fires += [Firing({k: own.get(k, v) for k, v in f.labels.items()}, f.value) for f in sc.fires]
-        names = "; ".join(f"{AGENT['deployment']}-{i}: {sc.name}" for i, sc in enumerate(group))
+        names = "; ".join(f"{i}: {sc.name}" for i, sc in enumerate(group))
         merged.append(Scenario(names, tuple(series), t, tuple(fires), tuple(m for sc in group for m in sc.silent_at)))
     return merged
 

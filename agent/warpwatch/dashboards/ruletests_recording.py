@@ -11,16 +11,8 @@ from .ruletests_inputs import AGENT, SCRAPE, STEP_S, input_series, ramp, selecto
 from .settings import Settings, format_duration
 
 
-def recording_test(s: Settings) -> dict[str, Any]:
-    """Two pods of one deployment, each with the labels a real scrape attaches (namespace,
-    deployment, pod, job, instance, container): pod a watched its GPU all the time (60 s/min) with
-    gemm taking 30 s/min and the GPU busy 45 s/min; pod b watched its GPU half the time (30 s/min:
-    its other windows failed) with gemm taking 6 s/min and busy 15 s/min. Tier 1 records each pod's
-    rates (job, instance and container summed away); tier 2, from those records only, the fleet's:
-    gemm's time share (30 + 6) / (60 + 30) = 0.4 (the mean of the pods' ratios, (0.5 + 0.2) / 2 =
-    0.35, is not), busy (45 + 15) / 90, gemm's mean estimated occupancy (30·0.5 + 6·0.25) / 36."""
-    fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
-    minutes = 10
+def _recording_inputs(s: Settings) -> list[tuple[md.MetricDef, dict[str, str], float]]:
+    """(counter, labels, increase per minute) of the two pods of `recording_test`."""
     rows: list[tuple[md.MetricDef, dict[str, str], float]] = []
     for pod, observed, gemm, busy, occ in (("a", 60, 30, 45, 0.5), ("b", 30, 6, 15, 0.25)):
         labels = {
@@ -38,6 +30,20 @@ def recording_test(s: Settings) -> dict[str, Any]:
             (md.KERNEL_SECONDS, kernel, gemm),
             (md.KERNEL_ESTIMATED_OCCUPANCY_SECONDS, kernel, gemm * occ),
         ]
+    return rows
+
+
+def recording_test(s: Settings) -> dict[str, Any]:
+    """Two pods of one deployment, each with the labels a real scrape attaches (namespace,
+    deployment, pod, job, instance, container): pod a watched its GPU all the time (60 s/min) with
+    gemm taking 30 s/min and the GPU busy 45 s/min; pod b watched its GPU half the time (30 s/min:
+    its other windows failed) with gemm taking 6 s/min and busy 15 s/min. Tier 1 records each pod's
+    rates (job, instance and container summed away); tier 2, from those records only, the fleet's:
+    gemm's time share (30 + 6) / (60 + 30) = 0.4 (the mean of the pods' ratios, (0.5 + 0.2) / 2 =
+    0.35, is not), busy (45 + 15) / 90, gemm's mean estimated occupancy (30·0.5 + 6·0.25) / 36."""
+    fleet = {k: v for k, v in AGENT.items() if k in s.fleet}
+    minutes = 10
+    rows = _recording_inputs(s)
     w = s.recording_window
 
     def expect(record: str, labels: Mapping[str, str], value: float) -> dict[str, Any]:

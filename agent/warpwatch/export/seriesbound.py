@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ..units import check_count
+
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""
 ABSENT_ROUNDS = 10
@@ -99,8 +101,7 @@ class GpuBound:
     """
 
     def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"max_gpus must be at least 1 (got {limit})")
+        check_count(limit, "max_gpus")
         self.limit = limit
         self._round = 0
         self._last: OrderedDict[int, int] = OrderedDict()

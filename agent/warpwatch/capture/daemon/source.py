@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...errors import CaptureError, ConfigError
 from ...sourcestats import SourceStats
-from ...units import check_seconds
+from ...units import check_count, check_seconds
 from .. import CapturedWindow, Source
 from . import window as daemon_window
 from .clients import MAX_CLIENTS, ClientRegistry, DaemonClient
@@ -107,8 +107,7 @@ class KinetoDaemonSource(Source):
             ("poll_interval_hint_s", poll_interval_hint_s),
         ):
             check_seconds(value, setting)
-        if max_clients < 1:
-            raise ConfigError(f"max_clients: {max_clients!r} must be at least 1")
+        check_count(max_clients, "max_clients")
         self.start_lead_s = start_lead_s
         self.client_ttl_s = client_ttl_s
         self.poll_interval_hint_s = poll_interval_hint_s

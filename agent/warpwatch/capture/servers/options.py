@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError
-from ...units import check_seconds
+from ...units import check_count, check_seconds
 from .clock import WindowClock
 
 DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"
@@ -60,10 +60,9 @@ class ServerOptions:
         for setting in _SECONDS:
             check_seconds(getattr(self, setting), setting, prefix=prefix)
         check_seconds(self.retry_pause_s, "retry_pause_s", zero=True, prefix=prefix)
-        if self.max_retries < 0:
-            raise ConfigError(f"{prefix}max_retries must be >= 0")
-        if self.expected_files is not None and self.expected_files < 1:
-            raise ConfigError(f"{prefix}expected_files must be >= 1, got {self.expected_files!r}")
+        check_count(self.max_retries, "max_retries", least=0, prefix=prefix)
+        if self.expected_files is not None:
+            check_count(self.expected_files, "expected_files", prefix=prefix)
         if not self.token_env:
             raise ConfigError(f"{prefix}token_env must name an environment variable")
         url = url.rstrip("/")
