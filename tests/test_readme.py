@@ -19,13 +19,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from support.docblocks import curl_until_served
 from support.paths import ROOT
-from support.patience import hang_guard
 
 README = ROOT / "README.md"
 DEVELOPMENT = ROOT / "docs" / "development.md"
@@ -76,16 +75,7 @@ def test_quick_start_agent_and_curl_show_a_negative_reported_value_beside_the_co
         [*_local(run), "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
-        command = curl.replace("localhost:9946", f"localhost:{port}")
-        assert command != curl, "the README's curl no longer names the default port"
-        deadline = time.monotonic() + hang_guard(30)  # the agent's first window; a hang guard
-        while True:
-            out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30).stdout
-            if "warpwatch_kernel_reported_warps_per_sm_min" in out:
-                break
-            assert agent.poll() is None, agent.communicate()[0]
-            assert time.monotonic() < deadline, out
-            time.sleep(0.3)
+        out = curl_until_served(curl, port, agent, 30)  # the agent's first window
     finally:
         agent.terminate()
         agent.communicate(timeout=30)

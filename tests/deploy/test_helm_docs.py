@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from support.helm import (
     VALUE_SETS,
     _helm,
     _value_paths,
+    chart_with_notes,
     needs_helm,
     values_of,
 )
@@ -31,14 +31,7 @@ pytestmark = needs_helm
 
 @pytest.mark.parametrize("name", list(VALUE_SETS))
 def test_notes_render_for_every_value_set(name: str, tmp_path: Path) -> None:
-    chart = tmp_path / "warpwatch"
-    shutil.copytree(CHART, chart)
-    notes = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
-    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + notes + "{{- end }}\n")
-    (chart / "templates" / "notes.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
-        '  notes: {{ include "test.notes" . | quote }}\n'
-    )
+    chart = chart_with_notes(tmp_path)
     text = _helm(
         "template",
         RELEASE,

@@ -28,10 +28,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.helm import HELM, HELM_MISSING, needs_helm
-from support.paths import ROOT
+from support.helm import CHART, helm_chart, needs_helm
 
-CHART = ROOT / "helm" / "warpwatch"
 RELEASE, NAMESPACE = "gpu", "inference"
 HAZARD = "torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1"
 FIRST_FIXED, FIRST_AFFECTED = (2, 10), (2, 7)
@@ -44,15 +42,8 @@ def affected(version: str) -> bool:
     return bool(m) and FIRST_AFFECTED <= (int(m.group(1)), int(m.group(2))) < FIRST_FIXED
 
 
-def _helm(*args: str, stdin: str | None = None, chart: Path = CHART) -> subprocess.CompletedProcess[str]:
-    if HELM is None:
-        pytest.skip(HELM_MISSING)
-    argv = [a if a != "CHART" else str(chart) for a in args]
-    return subprocess.run([HELM, *argv], capture_output=True, text=True, timeout=120, input=stdin)
-
-
 def render(values: dict[str, Any], kube_version: str = "1.32.0") -> list[dict[str, Any]]:
-    proc = _helm(
+    proc = helm_chart(
         "template",
         RELEASE,
         "CHART",
@@ -70,7 +61,7 @@ def render(values: dict[str, Any], kube_version: str = "1.32.0") -> list[dict[st
 
 def refusal(*flags: str) -> str:
     """stderr of a render that must fail cleanly."""
-    proc = _helm("template", RELEASE, "CHART", "--namespace", NAMESPACE, *flags)
+    proc = helm_chart("template", RELEASE, "CHART", "--namespace", NAMESPACE, *flags)
     assert proc.returncode != 0, "rendered"
     assert "goroutine" not in proc.stderr and "panic" not in proc.stderr
     return proc.stderr
@@ -270,7 +261,7 @@ def test_the_charts_torch_range_is_the_fixed_range_for_any_version_text(
 ) -> None:
     """warpwatch.torchAffected over generated versions, in one render each, against the oracle above."""
     texts = [f"{v}{a}.{b}.{c}{suffix}" for v, a, b, c, suffix in versions]
-    proc = _helm(
+    proc = helm_chart(
         "template",
         RELEASE,
         "CHART",
@@ -288,7 +279,7 @@ def test_the_charts_torch_range_is_the_fixed_range_for_any_version_text(
 
 def test_a_deployment_that_includes_the_old_sidecar_template_is_told_what_to_include(probe_chart: Path) -> None:
     def legacy(*flags: str) -> subprocess.CompletedProcess[str]:
-        return _helm(
+        return helm_chart(
             "template",
             RELEASE,
             "CHART",

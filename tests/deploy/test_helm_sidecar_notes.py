@@ -4,41 +4,23 @@ the sidecar and which torch it lets reach the daemon: test_helm_sidecar.py)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from support.helm import HELM, HELM_MISSING, SchemaError, needs_helm, schema_errors
-from support.paths import ROOT
+from support.helm import SchemaError, chart_with_notes, helm_chart, needs_helm, schema_errors
 
-CHART = ROOT / "helm" / "warpwatch"
 RELEASE, NAMESPACE = "gpu", "inference"
 HAZARD = "torch 2.7 to 2.9 crash at random with KINETO_USE_DAEMON=1"
 FIRST_FIXED, FIRST_AFFECTED = (2, 10), (2, 7)
 pytestmark = needs_helm
 
 
-def _helm(*args: str, stdin: str | None = None, chart: Path = CHART) -> subprocess.CompletedProcess[str]:
-    if HELM is None:
-        pytest.skip(HELM_MISSING)
-    argv = [a if a != "CHART" else str(chart) for a in args]
-    return subprocess.run([HELM, *argv], capture_output=True, text=True, timeout=120, input=stdin)
-
-
 def notes(tmp_path: Path, values: dict[str, Any]) -> str:
-    chart = tmp_path / "warpwatch"
-    shutil.copytree(CHART, chart)
-    text = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
-    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + text + "{{- end }}\n")
-    (chart / "templates" / "notes.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
-        '  notes: {{ include "test.notes" . | quote }}\n'
-    )
-    proc = _helm(
+    chart = chart_with_notes(tmp_path)
+    proc = helm_chart(
         "template",
         RELEASE,
         "CHART",
@@ -102,7 +84,7 @@ def test_notes_say_where_the_sidecar_goes(tmp_path: Path) -> None:
     ids=lambda v: json.dumps(v, sort_keys=True),
 )
 def test_the_schema_accepts_the_sidecar_and_torch_values(values: dict[str, Any]) -> None:
-    proc = _helm("lint", "--strict", "CHART", "-f", "-", stdin=yaml.safe_dump(values))
+    proc = helm_chart("lint", "--strict", "CHART", "-f", "-", stdin=yaml.safe_dump(values))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -118,6 +100,6 @@ def test_the_schema_accepts_the_sidecar_and_torch_values(values: dict[str, Any])
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_the_schema_rejects_malformed_sidecar_and_torch_values(text: str, complaint: SchemaError) -> None:
-    proc = _helm("lint", "--strict", "CHART", "-f", "-", stdin=text)
+    proc = helm_chart("lint", "--strict", "CHART", "-f", "-", stdin=text)
     assert proc.returncode != 0
     assert complaint in schema_errors(proc.stdout + proc.stderr), proc.stdout + proc.stderr

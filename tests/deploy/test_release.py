@@ -44,6 +44,7 @@ import pytest
 import tomllib
 import yaml
 
+from support.docblocks import curl_until_served
 from support.helm import HELM
 from support.patience import hang_guard
 from warpwatch import __version__
@@ -243,16 +244,7 @@ def test_the_readme_quick_start_runs_from_the_wheel_in_a_fresh_venv(dist: Dist, 
         text=True,
     )
     try:
-        command = curl.replace("localhost:9946", f"localhost:{port}")
-        assert command != curl, "the README's curl no longer names the default port"
-        deadline = time.monotonic() + hang_guard(60)  # the agent's start and first window; a hang guard
-        while True:
-            out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30).stdout
-            if "warpwatch_kernel_reported_warps_per_sm_min" in out:
-                break
-            assert agent.poll() is None, agent.communicate()[0]
-            assert time.monotonic() < deadline, out
-            time.sleep(0.3)
+        out = curl_until_served(curl, port, agent, 60)  # the agent's start and first window
     finally:
         agent.terminate()
         log = agent.communicate(timeout=30)[0]

@@ -8,10 +8,13 @@ server) or `<!-- tested-by: TEST FILE (how) -->` (another test runs it).
 from __future__ import annotations
 
 import re
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from support.paths import ROOT
+from support.patience import hang_guard
 
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SHELL = ("bash", "sh", "console")
@@ -66,3 +69,19 @@ def console_commands(text: str) -> list[tuple[str, str]]:
             assert out, f"a console block's first line is not a `$ ` command: {line!r}"
             out[-1][1].append(line)
     return [(command, "\n".join(lines)) for command, lines in out]
+
+
+def curl_until_served(curl: str, port: int, agent: subprocess.Popen[str], timeout: float) -> str:
+    """Run the README's `curl` (its default port 9946 replaced by `port`) until the agent serves the
+    quick start's artefact gauge; its output. Fails if the agent exits, or after `timeout` (a hang
+    guard: `patience.hang_guard`)."""
+    command = curl.replace("localhost:9946", f"localhost:{port}")
+    assert command != curl, "the README's curl no longer names the default port"
+    deadline = time.monotonic() + hang_guard(timeout)
+    while True:
+        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30).stdout
+        if "warpwatch_kernel_reported_warps_per_sm_min" in out:
+            return out
+        assert agent.poll() is None, agent.communicate()[0]
+        assert time.monotonic() < deadline, out
+        time.sleep(0.3)

@@ -206,6 +206,29 @@ def _helm(
     return proc
 
 
+def helm_chart(*args: str, stdin: str | None = None, chart: Path = CHART) -> subprocess.CompletedProcess[str]:
+    """`helm ARGS` with the argument "CHART" standing for `chart`, unchecked (the caller reads its
+    exit status and stderr)."""
+    if HELM is None:
+        pytest.skip(HELM_MISSING)
+    argv = [a if a != "CHART" else str(chart) for a in args]
+    return subprocess.run([HELM, *argv], capture_output=True, text=True, timeout=120, input=stdin)
+
+
+def chart_with_notes(tmp_path: Path) -> Path:
+    """A copy of the chart whose NOTES.txt also renders as `templates/notes.yaml`, a ConfigMap whose
+    `notes` is that text: `helm template --show-only templates/notes.yaml` shows the notes."""
+    chart = tmp_path / "warpwatch"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text(encoding="utf-8")
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "test.notes" -}}' + notes + "{{- end }}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ include "test.notes" . | quote }}\n'
+    )
+    return chart
+
+
 @cache
 def _render_text(name: str, kube_version: str = KUBE_VERSIONS[-1], monitoring: bool = True) -> str:
     return _helm(
