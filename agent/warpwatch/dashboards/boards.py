@@ -22,6 +22,8 @@ from .panels import (
     KERNEL_LEGEND,
     PER_SECOND,
     PERCENT,
+    RANGE,
+    RATE,
     DashboardDef,
     PanelDef,
     Query,
@@ -34,8 +36,6 @@ from .panels import (
 )
 from .settings import DEFAULT_SETTINGS, Scope, Settings, dashboard_series, record_matchers
 
-RATE = "$__rate_interval"
-RANGE = "$__range"
 NOW = "Now (last window)"
 
 

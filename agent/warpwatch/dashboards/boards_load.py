@@ -11,11 +11,8 @@ from __future__ import annotations
 
 from ..export import metricdefs as md
 from . import queries as q
-from .panels import COUNT, KERNEL_LEGEND, PERCENT, PanelDef, Query, table_panel
+from .panels import COUNT, KERNEL_LEGEND, PERCENT, RANGE, RATE, PanelDef, Query, table_panel
 from .settings import Settings, dashboard_series
-
-RATE = "$__rate_interval"
-RANGE = "$__range"
 
 
 def code_and_load_panels(s: Settings) -> tuple[PanelDef, ...]:

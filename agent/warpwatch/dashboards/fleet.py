@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from ..export import metricdefs as md
 from . import queries as q
-from .panels import COUNT, PERCENT, DashboardDef, PanelDef, Query
+from .panels import COUNT, PERCENT, RANGE, DashboardDef, PanelDef, Query
 from .settings import Settings, record_matchers
-
-RANGE = "$__range"
 
 
 def fleet(s: Settings) -> DashboardDef:

@@ -13,6 +13,7 @@ from .panels import (
     KERNEL_LEGEND,
     PER_SECOND,
     PERCENT,
+    RATE,
     SECONDS,
     Column,
     DashboardDef,
@@ -20,8 +21,6 @@ from .panels import (
     Query,
 )
 from .settings import FAILING_MATCHER, Settings, dashboard_series, record_matchers
-
-RATE = "$__rate_interval"
 
 
 def _agent(s: Settings, metric: md.MetricDef, *extra: str, suffix: str = "") -> str:

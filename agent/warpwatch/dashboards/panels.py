@@ -203,6 +203,10 @@ PERCENT = "percentunit"
 COUNT = "short"
 PER_SECOND = "cps"
 SECONDS = "s"
+RATE = "$__rate_interval"
+"""The range of a panel's rates: Grafana's, at least the min interval plus a scrape."""
+RANGE = "$__range"
+"""The board's time range, for tables over the selected range."""
 
 
 def substitute_variables(expr: str) -> str:
