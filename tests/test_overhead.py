@@ -96,3 +96,28 @@ def test_the_stop_histogram_is_cumulative_with_inf_last() -> None:
     assert buckets["0.01"] == 1 and buckets["0.25"] == 1 and buckets["0.5"] == 3
     assert buckets["30.0"] == 4 and buckets["+Inf"] == 5
     assert h.total == pytest.approx(1020.605)
+
+
+def test_tokens_the_engine_did_not_generate_inside_windows_are_charged_when_latency_misses_them() -> None:
+    ledger = OverheadLedger(0.01, 60.0, 86400.0)
+    ledger.observe("vllm:a", [], LatencySplit())
+    # Two windows of 3 s wall each (6 s). Between them the engine generated 6,000 tokens in 10 s
+    # (600/s); inside, 1,800: at 600/s that is 3 s of generation in 6 s, so 3 s lost, 1.5 s per
+    # window. The latency per token says less: 40 ms inside against 30 ms outside is a slowdown of
+    # 1/3, a quarter of the windows' time (0.75 s per window): the larger, 1.5 s, is charged.
+    split = LatencySplit(0.4, 10, 0.3, 10, 6.0, 2, inside_generated=1800, outside_generated=6000, outside_wall_s=10.0)
+    ledger.observe("vllm:a", [0.2], split)
+    assert ledger.lost() == pytest.approx(1.5)
+    assert ledger.replan() == pytest.approx(150.0)
+
+
+def test_the_throughput_loss_needs_a_span_between_windows_and_never_goes_below_zero() -> None:
+    from warpwatch.overhead import throughput_loss
+
+    assert throughput_loss(LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=100)) is None
+    # faster inside than between (a quiet spell before): nothing lost, not a negative cost
+    faster = LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=2000, outside_generated=500, outside_wall_s=1.0)
+    assert throughput_loss(faster) == 0.0
+    # 2 s inside at 500/s would have made 1,000 tokens; 600 were made: 0.8 s lost
+    slower = LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=600, outside_generated=500, outside_wall_s=1.0)
+    assert throughput_loss(slower) == pytest.approx(0.8)

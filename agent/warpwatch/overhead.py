@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 ROUNDS = 5
 """Rounds a source's measures are pooled over."""
@@ -43,9 +43,10 @@ flapping on noise)."""
 
 @dataclass(frozen=True, slots=True)
 class LatencySplit:
-    """Cumulative inter-token latency reported by a server: seconds and tokens inside capture
-    windows (a window's start to its stop's answer and the files' collection) and outside them,
-    and the wall time spent inside windows and how many there were."""
+    """Cumulative measures a server reports, split into inside capture windows (a window's start to
+    its stop's answer and the files' collection) and outside them: the latency per output token
+    (seconds and tokens of its histograms), the wall time, and the tokens the engine generated
+    (its counter, `vllm:generation_tokens_total`)."""
 
     inside_s: float = 0.0
     inside_tokens: float = 0.0
@@ -53,16 +54,12 @@ class LatencySplit:
     outside_tokens: float = 0.0
     inside_wall_s: float = 0.0
     windows: int = 0
+    inside_generated: float = 0.0
+    outside_generated: float = 0.0
+    outside_wall_s: float = 0.0
 
     def minus(self, earlier: LatencySplit) -> LatencySplit:
-        return LatencySplit(
-            self.inside_s - earlier.inside_s,
-            self.inside_tokens - earlier.inside_tokens,
-            self.outside_s - earlier.outside_s,
-            self.outside_tokens - earlier.outside_tokens,
-            self.inside_wall_s - earlier.inside_wall_s,
-            self.windows - earlier.windows,
-        )
+        return LatencySplit(*(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)))
 
 
 def slowdown(split: LatencySplit) -> float | None:
@@ -71,6 +68,17 @@ def slowdown(split: LatencySplit) -> float | None:
         return None
     ratio = (split.inside_s / split.inside_tokens) / (split.outside_s / split.outside_tokens)
     return ratio - 1.0 if math.isfinite(ratio) else None
+
+
+def throughput_loss(split: LatencySplit) -> float | None:
+    """Seconds of generation lost inside the windows: their wall time less the time the engine's
+    rate between windows would have taken for what it generated inside them; None without
+    generated tokens and wall time between windows."""
+    if split.outside_generated <= 0 or split.outside_wall_s <= 0:
+        return None
+    rate = split.outside_generated / split.outside_wall_s
+    lost = split.inside_wall_s - max(0.0, split.inside_generated) / rate
+    return max(0.0, lost) if math.isfinite(lost) else None
 
 
 @dataclass
@@ -128,13 +136,20 @@ class _SourceLedger:
         recent = self.recent()
         served = None
         if recent is not None and recent.windows > 0:
-            s = slowdown(recent)
-            # Until a span between windows is measured the slowdown is unknown: the whole window
-            # is charged, as if the server served nothing in it (the most a window can cost).
-            share = 1.0 if s is None else max(0.0, s) / (1.0 + max(0.0, s))
-            served = share * recent.inside_wall_s / recent.windows
+            served = _served_loss(recent) / recent.windows
         known = [v for v in (stall, served) if v is not None]
         return max(known) if known else None
+
+
+def _served_loss(split: LatencySplit) -> float:
+    """Seconds lost inside the windows of `split`: the larger of what the latency per token and
+    the generated tokens say; until a span between windows is measured neither is known, and the
+    whole of the windows is charged, as if the server served nothing in them (the most a window
+    can cost)."""
+    s = slowdown(split)
+    by_latency = None if s is None else max(0.0, s) / (1.0 + max(0.0, s)) * split.inside_wall_s
+    known = [v for v in (by_latency, throughput_loss(split)) if v is not None]
+    return max(known) if known else split.inside_wall_s
 
 
 class OverheadLedger:

@@ -176,3 +176,45 @@ def test_sums_over_label_sets_ignore_longer_names_and_fail_on_a_sample_without_a
     )
     assert histogram_sums(text, VLLM_ITL) == (4.0, 15.0)
     assert histogram_sums(text + 'vllm:inter_token_latency_seconds_count{engine="2"}\n', VLLM_ITL) is None
+
+
+def with_generated(itl: tuple[float, float], generated: float) -> str:
+    """An exposition with the inter-token histogram (count, sum) and the generated-token counter,
+    on two engines (the counter's values add)."""
+    return (
+        f"vllm:inter_token_latency_seconds_count {itl[0]}\nvllm:inter_token_latency_seconds_sum {itl[1]}\n"
+        "# TYPE vllm:generation_tokens counter\n"
+        f'vllm:generation_tokens_total{{engine="0"}} {generated - 7}\n'
+        'vllm:generation_tokens_total{engine="1"} 7\n'
+        'vllm:generation_tokens_created{engine="0"} 1.7e9\n'
+    )
+
+
+def test_the_span_before_the_first_window_and_the_generated_tokens_are_measured() -> None:
+    # baseline at t=0: 100 tokens generated; first window 5-7 s (1,100 -> 1,300); second 20-22 s
+    # (7,800 -> 8,100). Between windows: 5 s with 1,000 tokens, then 13 s with 6,500.
+    readings = [((0, 0.0), 100), ((100, 1.0), 1100), ((120, 1.4), 1300), ((770, 7.9), 7800), ((800, 8.3), 8100)]
+    script = Script([with_generated(*r) for r in readings])
+    served = ServedLatency(
+        VLLM_ITL, script.read, name="vllm:x", generated=VllmDialect.generated_counters, clock=script.clock
+    )
+    assert served.begin_baseline()
+    assert not served.begin_baseline()  # once
+    for start, end in ((5.0, 7.0), (20.0, 22.0)):
+        script.now = start
+        served.started()
+        script.now = end
+        served.ended()
+    assert not served.begin_baseline()
+    split = served.split()
+    assert split is not None and script.texts == []
+    assert (split.outside_generated, split.outside_wall_s) == (7500, 18.0)
+    assert (split.inside_generated, split.inside_wall_s, split.windows) == (500, 4.0, 2)
+    assert (split.outside_tokens, split.outside_s) == (750, pytest.approx(7.5))
+
+
+def test_no_baseline_is_taken_from_a_server_without_the_histogram() -> None:
+    script = Script([""])
+    served = ServedLatency(VLLM_ITL, script.read, name="vllm:x", clock=script.clock)
+    assert not served.begin_baseline()
+    assert not served.begin_baseline() and script.reads == 1

@@ -251,8 +251,9 @@ def test_ranks_from_server_info(info: dict[str, object], ranks: int | None) -> N
 def test_sglang_capture_overhead_counts_the_version_requests() -> None:
     s = sglang_source("http://h:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
     one = 3 * 10.0 + 1.0 + 2.0  # three attempts, pauses of 1 s and 2 s
-    # two GETs for the version, then the start; and the wait for a stop that ends a session left open
-    assert s.capture_overhead_s == 3 * one + 10.0
+    # two GETs for the version, then the start; the wait for a stop that ends a session left open;
+    # three reads of /metrics (the span before the first window, the window's start and end) and that span
+    assert s.capture_overhead_s == 3 * one + 10.0 + 3 * 10.0 + 5.0
 
 
 def test_server_options_are_checked_once_and_kept_frozen() -> None:

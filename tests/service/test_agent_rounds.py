@@ -162,5 +162,6 @@ def test_sources_state_their_capture_overhead() -> None:
     # no client seen yet: twice 1.5 x 5 s + 1 s (when the agent loses configs), at most 15 s
     assert daemon.capture_overhead_s == 15.0 + 3.0 + KINETO_FINISH_S
     vllm = vllm_source("http://127.0.0.1:1", "/tmp/t", request_timeout_s=10.0, max_retries=2, retry_pause_s=1.0)
-    assert vllm.capture_overhead_s == 3 * 10.0 + 1.0 + 2.0 + 10.0  # the start; a stop ending a session left open
+    # the start; a stop ending a session left open; three reads of /metrics; the span before the first window
+    assert vllm.capture_overhead_s == 3 * 10.0 + 1.0 + 2.0 + 10.0 + 3 * 10.0 + 5.0
     assert StubSource().capture_overhead_s == 0.0

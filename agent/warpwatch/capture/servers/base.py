@@ -49,7 +49,7 @@ from .client import Reply, RequestFailed, ServerClient, reply_error
 from .dialect import Dialect
 from .files import SessionFiles
 from .options import DEFAULT_TOKEN_ENV, ServerOptions
-from .servedlatency import ServedLatency
+from .servedlatency import BASELINE_S, ServedLatency
 from .session import Session
 from .stops import StopTracker
 
@@ -89,6 +89,7 @@ class ProfilingServerSource(Source):
             self._read_metrics,
             name=self.name,
             first_token=dialect.first_token_histograms,
+            generated=dialect.generated_counters,
         )
 
     # -- Source protocol -----------------------------------------------------------------
@@ -139,8 +140,10 @@ class ProfilingServerSource(Source):
         o = self.options
         attempts = o.max_retries + 1
         one = attempts * o.request_timeout_s + o.retry_pause_s * (2**o.max_retries - 1)
-        # plus the wait for a stop that ends a session an earlier window left open
-        return float((self.dialect.requests_before_start + 1) * one + o.request_timeout_s)
+        # plus the wait for a stop that ends a session an earlier window left open, the reads of
+        # the server's /metrics around the window and the span measured before the first one
+        reads = 3 * o.request_timeout_s
+        return float((self.dialect.requests_before_start + 1) * one + o.request_timeout_s + reads + BASELINE_S)
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         out = self._capture(window_s, timeout_s)
@@ -176,6 +179,8 @@ class ProfilingServerSource(Source):
             return out
         if (refusal := self.dialect.before_start(self._client, self.options, self._backoff)) is not None:
             return [*out, refusal]
+        if self._served.begin_baseline() and self._clock.sleep(self._closed, BASELINE_S):
+            return out
         self._served.started()
         try:
             out.extend(self._window(window_s, timeout_s))

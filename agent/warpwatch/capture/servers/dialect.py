@@ -29,6 +29,8 @@ class Dialect(abc.ABC):
     """The server's inter-token latency histogram, by its names newest first (`servedlatency`)."""
     first_token_histograms: ClassVar[tuple[str, ...]]
     """The server's time-to-first-token histogram, added to the inter-token one's (`servedlatency`)."""
+    generated_counters: ClassVar[tuple[str, ...]]
+    """The server's counter of generated tokens, by its exposed sample names newest first (`servedlatency`)."""
     requests_before_start: ClassVar[int]
     """Requests `before_start` may send (each with its retries); they bound the capture's overhead."""
 

@@ -93,6 +93,7 @@ class SglangDialect(Dialect):
     kind = "sglang"
     inter_token_histograms = ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds")
     first_token_histograms = ("sglang:time_to_first_token_seconds",)
+    generated_counters = ("sglang:generation_tokens_total",)
     requests_before_start = 2  # GET /get_server_info, then /server_info where that is gone
 
     def __init__(

@@ -91,6 +91,7 @@ class VllmDialect(Dialect):
     kind = "vllm"
     inter_token_histograms = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
     first_token_histograms = ("vllm:time_to_first_token_seconds",)
+    generated_counters = ("vllm:generation_tokens_total",)
     requests_before_start = 0
 
     def __init__(self, trace_dir: str | os.PathLike[str], max_steps: int = DEFAULT_MAX_STEPS) -> None:
