@@ -116,7 +116,9 @@ def test_the_throughput_loss_needs_a_span_between_windows_and_never_goes_below_z
 
     assert throughput_loss(LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=100)) is None
     # faster inside than between (a quiet spell before): nothing lost, not a negative cost
-    faster = LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=2000, outside_generated=500, outside_wall_s=1.0)
+    faster = LatencySplit(
+        inside_wall_s=2.0, windows=1, inside_generated=2000, outside_generated=500, outside_wall_s=1.0
+    )
     assert throughput_loss(faster) == 0.0
     # 2 s inside at 500/s would have made 1,000 tokens; 600 were made: 0.8 s lost
     slower = LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=600, outside_generated=500, outside_wall_s=1.0)
