@@ -43,8 +43,6 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +57,7 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 sys.path.insert(0, str(HERE))
 import gen_traces  # noqa: E402 (benchmarks/ is not a package)
+import proctree  # noqa: E402
 
 
 @dataclass
@@ -137,76 +136,12 @@ def ensure_bench_venv() -> str:
     return ""
 
 
-def _tree(pid: int) -> list[int]:
-    """pid and its descendants, from /proc/PID/task/*/children."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    todo.extend(int(c) for c in fh.read().split())
-        except OSError:
-            continue
-    return out
-
-
-def _pss_kb(pid: int) -> int:
-    total = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as fh:
-                m = re.search(r"^Pss:\s+(\d+) kB", fh.read(), re.M)
-        except OSError:
-            continue
-        total += int(m.group(1)) if m else 0
-    return total
-
-
 def run_once(reader: Reader, trace: Path, *, memory: bool) -> tuple[float, float, int, int, str, str]:
-    """(wall s, CPU s of the process tree, peak RSS of the largest process in kB, peak tree PSS
-    in kB -- 0 unless `memory` --, stdout, stderr).
-
-    Sampling PSS reads /proc/PID/smaps_rollup every 20 ms, which walks the process's page tables
-    under its memory lock: it slows a reader in proportion to its memory (the msgspec floor, 1.1 GB,
-    ran 2x slower sampled). So memory is measured in a run of its own, and times in unsampled runs."""
+    """`reader` on `trace` in a process of its own, measured (`proctree.measure`): (wall s, CPU s of
+    the process tree, peak RSS of the largest process in kB, peak tree PSS in kB -- 0 unless
+    `memory` --, stdout, stderr)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "agent"), **reader.env}
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(reader.python), *reader.argv, str(trace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    peak_pss = 0
-    stop = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak_pss
-        while not stop.wait(0.02):
-            peak_pss = max(peak_pss, _pss_kb(proc.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    if memory:
-        sampler.start()
-    out_chunks: list[bytes] = []
-    err_chunks: list[bytes] = []
-    readers_ = [
-        threading.Thread(target=lambda s, acc: acc.append(s.read()), args=(proc.stdout, out_chunks)),
-        threading.Thread(target=lambda s, acc: acc.append(s.read()), args=(proc.stderr, err_chunks)),
-    ]
-    for t in readers_:
-        t.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    stop.set()
-    for t in readers_:
-        t.join()
-    if memory:
-        sampler.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out = b"".join(out_chunks).decode(errors="replace")
-    err = b"".join(err_chunks).decode(errors="replace")
-    err = f"exit {proc.returncode}: {err.strip()[-300:]}" if proc.returncode != 0 else ""
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, peak_pss, out, err
+    return proctree.measure([str(reader.python), *reader.argv, str(trace)], env, memory=memory)
 
 
 def summary_of(reader: Reader, out: str) -> str:
@@ -366,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = [[Result(reader) for reader in chosen] for _ in traces]
     for trace in traces:
         os.system(f"cat {trace} > /dev/null")  # page cache: every reader starts from the same warm file
-    # Round 0 measures memory only (see run_once); then each round runs every reader once on every trace.
+    # Round 0 measures memory only (see proctree.measure); then each round runs every reader once on every trace.
     for i in range(args.repeat + 1):
         for trace, results in zip(traces, sections, strict=True):
             for result in results:

@@ -1,6 +1,7 @@
 """Floods at full size against the agent's ports: idle connections, slowloris, huge headers,
-vanishing clients and password guessing on the metrics port, fake senders and malformed datagrams
-on the daemon socket; then config, signal and protocol corners. Each a function that returns its rows."""
+vanishing clients and password guessing (`guessing.py`) on the metrics port, fake senders and
+malformed datagrams on the daemon socket; then config, signal and protocol corners. Each a function
+that returns its rows; `FLOODS` names them all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import os
 import re
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .guessing import attack_auth
 from .kit import (
     LOOPBACK_ATTACKER,
     Agent,
     Row,
-    basic,
-    bcrypt_config,
     close_all,
     connect_many,
     finish,
@@ -140,110 +139,6 @@ def attack_vanish(path: Path, rss_cap: float) -> list[Row]:
     tb_lines = sum(1 for line in agent.lines if not line.startswith("{"))
     row.note = f"{sent[0]} requests; {tb_lines} lines that are not JSON records"
     return [row]
-
-
-def _guesser(port: int, stop: threading.Event, auth: str) -> None:
-    while not stop.is_set():
-        status, _ = scrape_once_from(port, LOOPBACK_ATTACKER, {"Authorization": auth})
-        if status == 0:
-            stop.wait(0.01)
-
-
-def scrape_once_from(port: int, source: str, headers: dict[str, str], timeout: float = 10.0) -> tuple[int, float]:
-    t0 = time.monotonic()
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as s:
-            lines = [
-                "GET /metrics HTTP/1.1",
-                "Host: x",
-                "Connection: close",
-                *(f"{k}: {v}" for k, v in headers.items()),
-            ]
-            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        return int(data.split(b" ", 2)[1]), time.monotonic() - t0
-    except (OSError, ValueError, IndexError):
-        return 0, time.monotonic() - t0
-
-
-def attack_auth(path: Path, rss_cap: float) -> list[Row]:
-    """Basic auth: a legitimate first scrape behind 32 guessers; a user-name oracle; SIGTERM while
-    guesses are checked (10 runs)."""
-    rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="ww-auth-"))
-    cfg = bcrypt_config(tmp, 10)
-    good = {"Authorization": basic("prom", "right")}
-    row = Row("auth: first scrape behind 32 guessers (cost 10)")
-    agent = Agent(["--web-config", str(cfg)], path)
-    quiet = [
-        scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("prom", f"first{i}")})[1] for i in range(3)
-    ]
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=_guesser, args=(agent.port, stop, basic("prom", "wrong")), daemon=True)
-        for _ in range(32)
-    ]
-    with observe(agent, row, good):
-        for t in threads:
-            t.start()
-        time.sleep(2)
-        first = scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("first", "right")})
-        time.sleep(3)
-        stop.set()
-        for t in threads:
-            t.join(15)
-    row.note = (
-        f"first scrape with new credentials: status {first[0]} in {first[1] * 1000:.0f} ms "
-        f"(quiet: {statistics.median(quiet) * 1000:.0f} ms)"
-    )
-    rows.append(finish(agent, row))
-
-    cfg5 = bcrypt_config(tmp, 5)  # htpasswd -B's cost
-    row = Row("auth: user-name oracle, hash cost 5")
-    agent = Agent(["--web-config", str(cfg5)], path)
-    with observe(agent, row, good):
-        known = [
-            scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic("prom", f"x{i}")})[1] for i in range(30)
-        ]
-        unknown = [
-            scrape_once_from(agent.port, "127.0.0.1", {"Authorization": basic(f"ghost{i}", "x")})[1] for i in range(30)
-        ]
-    row.note = (
-        f"wrong password for a known user {statistics.median(known) * 1000:.1f} ms, unknown user "
-        f"{statistics.median(unknown) * 1000:.1f} ms (median of 30)"
-    )
-    rows.append(finish(agent, row))
-
-    codes: list[int | str] = []
-    peak = Row("auth: SIGTERM during 32 guessers' checks, 10 runs")
-    for _ in range(10):
-        agent = Agent(["--web-config", str(cfg)], path)
-        stop = threading.Event()
-        threads = [
-            threading.Thread(target=_guesser, args=(agent.port, stop, basic("prom", "wrong")), daemon=True)
-            for _ in range(32)
-        ]
-        run = Row("")
-        with observe(agent, run):
-            for t in threads:
-                t.start()
-            time.sleep(1.5)
-        finish(agent, run)
-        stop.set()
-        for t in threads:
-            t.join(15)
-        codes.append(run.exit_code if run.exit_code is not None else "?")
-        peak.rss_mib, peak.pss_mib = max(peak.rss_mib, run.rss_mib), max(peak.pss_mib, run.pss_mib)
-        peak.threads, peak.fds = max(peak.threads, run.threads), max(peak.fds, run.fds)
-        peak.stop_s = max(peak.stop_s or 0.0, run.stop_s or 0.0)
-        peak.tracebacks += run.tracebacks
-    peak.exit_code = ",".join(str(c) for c in codes)
-    aborted = sum(1 for c in codes if c == -signal.SIGABRT or c == 134)
-    peak.note = f"{aborted} of 10 runs aborted (SIGABRT)"
-    rows.append(peak)
-    return rows
 
 
 def attack_daemon(path: Path, rss_cap: float) -> list[Row]:

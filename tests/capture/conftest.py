@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from support.agent import CONTROL
 from support.engines.threaded import StandIn
 from support.patience import HANG_GUARD_S
 from warpwatch.capture.daemon import serve
+from warpwatch.capture.daemon.window import Window
 
 
 @pytest.fixture
@@ -54,3 +56,20 @@ def lockstep_replies(monkeypatch: pytest.MonkeyPatch) -> None:
     the test with a timeout (issue 38: test_one_shot_senders... under stress-ng). The deadline
     itself is tested with a stalled agent and a real client (test_daemon_replies)."""
     monkeypatch.setattr(serve, "REPLY_DEADLINE_S", HANG_GUARD_S)
+
+
+@pytest.fixture
+def opened_windows(monkeypatch: pytest.MonkeyPatch) -> list[Window]:
+    """The kineto-daemon windows opened while the test runs, in order (`Window.open` recorded):
+    a window is in the list once its source's `capture` has opened it, before any poll is
+    answered from it."""
+    opened: list[Window] = []
+    real_open = Window.open
+
+    def recording(*args: Any, **kwargs: Any) -> Window:
+        window = real_open(*args, **kwargs)
+        opened.append(window)
+        return window
+
+    monkeypatch.setattr(Window, "open", recording)
+    return opened

@@ -17,11 +17,11 @@ from support.clock import Clock
 from support.daemonpeer import Peer, fake_client, open_peer, req
 from support.patience import hang_guard, wait_for
 from warpwatch.capture import CapturedWindow
-from warpwatch.capture.daemon import HEADER
+from warpwatch.capture.daemon import HEADER, serve
 from warpwatch.capture.daemon.clients import Client
 from warpwatch.capture.daemon.sockets import DaemonSocket
 from warpwatch.capture.daemon.window import MAX_ACCEPT_S, Served, Window
-from warpwatch.capture.daemon.wire import Address
+from warpwatch.capture.daemon.wire import Address, encode_message
 
 
 @pytest.fixture
@@ -97,12 +97,13 @@ def test_a_config_the_agent_lost_is_offered_again_and_its_client_waited_for_from
 
 
 def test_a_client_whose_configs_the_agent_lost_gets_its_window_at_a_later_poll(
-    peer: Peer, monkeypatch: pytest.MonkeyPatch
+    peer: Peer, monkeypatch: pytest.MonkeyPatch, opened_windows: list[Window]
 ) -> None:
     """A client polls once a second; the window opens at 3 s and the agent stalls a second on
-    answering each of its next two polls, so both configs are dropped as stale (the real path:
-    `_reply`, its 50-ms deadline, `_undeliver`), while the capture loop goes on and, seeing the
-    client served, stops accepting. Two faults lost the window:
+    answering each of its next two polls (between the config and its reply: `encode_message`),
+    so both configs are dropped as stale (the real path: the reply's 50-ms deadline, the config
+    taken back), while the capture loop goes on and, seeing the client served, stops accepting.
+    Two faults lost the window:
     - the wait (1.5 x 1 s + 1 s from opening) was over at 5.5 s, before the poll at 6 s ("did
       not poll for it"); now each loss restarts it (until 7.5 s, then 8 s: twice the first wait);
     - a config taken back after the loop had stopped accepting was never offered again, so the
@@ -123,19 +124,17 @@ def test_a_client_whose_configs_the_agent_lost_gets_its_window_at_a_later_poll(
     monkeypatch.setattr(DaemonSocket, "receive", receive_at_planned_time)
     src = peer.source(clock=clock)
     src.start()
-    responder = src._responder
-    real_reply = responder._reply
     stalls = [1.0, 1.0]
 
-    def reply(data: bytes, sender: Address, arrived: float, is_config: bool) -> None:
-        window = responder.window
-        if is_config and stalls and window is not None:
+    def reply(message_type: str, payload: bytes = b"") -> bytes:
+        if message_type == "req" and payload and stalls:  # a config, made and recorded as served
+            window = opened_windows[-1]
             clock.now += stalls.pop(0)  # the agent stalled between the poll and its answer,
             # while its capture loop went on: it saw the client served and stopped accepting
             wait_for(lambda: not window.accepting, 30, "the capture loop to see the client served")
-        real_reply(data, sender, arrived, is_config)
+        return encode_message(message_type, payload)
 
-    monkeypatch.setattr(responder, "_reply", reply)
+    monkeypatch.setattr(serve, "encode_message", reply)
     client = fake_client(str(peer.socket_dir / "c"))
     daemon = str(peer.socket_dir / "dynolog")
     pid = os.getpid()
@@ -161,7 +160,7 @@ def test_a_client_whose_configs_the_agent_lost_gets_its_window_at_a_later_poll(
         for at in (0.0, 1.0, 2.0, 3.0):
             assert poll(at) == HEADER.pack(0, b"req")  # registered, nothing to do
         capture.start()
-        wait_for(lambda: responder.window is not None, 30, "the window to open")
+        wait_for(lambda: opened_windows != [], 30, "the window to open")
         assert poll(4.0) is None and poll(5.0) is None  # both configs lost, at 5 s and 6 s
         reply6 = poll(6.0)
         assert reply6 is not None and b"ACTIVITIES_LOG_FILE=" in reply6, (reply6, results)

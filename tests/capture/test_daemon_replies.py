@@ -24,10 +24,13 @@ from support.daemonpeer import (
     open_peer,
     ready_pids,
     req,
+    warpwatch_threads,
 )
 from support.patience import wait_for
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import HEADER, KinetoDaemonSource
+from warpwatch.capture.daemon.sockets import DaemonSocket
+from warpwatch.capture.daemon.window import Window
 from warpwatch.capture.daemon.wire import daemon_path, reply_is_safe
 
 
@@ -222,12 +225,13 @@ def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
     client = fake_client(str(peer.socket_dir / "c"))
     try:
 
-        def broken_receive() -> None:
+        def broken_receive(sock: DaemonSocket) -> None:
             raise RuntimeError("receive exploded")
 
-        monkeypatch.setattr(src._socket, "receive", broken_receive)
+        monkeypatch.setattr(DaemonSocket, "receive", broken_receive)
         client.sendto(req(3, [os.getpid()]), str(peer.socket_dir / "dynolog"))
-        wait_for(lambda: src._thread is not None and not src._thread.is_alive(), 10, "the thread to end")
+        serving = f"warpwatch-{src.name}"  # the serving thread, by its name
+        wait_for(lambda: serving not in [t.name for t in warpwatch_threads()], 10, "the serving thread to end")
         [window] = src.capture(0.1, 0.5)
         assert window.outcome == "failed"
         assert window.error is not None and "RuntimeError: receive exploded" in window.error
@@ -242,7 +246,9 @@ def test_a_serving_thread_that_stops_fails_the_next_window_with_the_reason(
 
 @pytest.mark.usefixtures("lockstep_replies")
 @pytest.mark.slow
-def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(peer: Peer) -> None:
+def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_registry_holds(
+    peer: Peer, opened_windows: list[Window]
+) -> None:
     """Every sender with the trace bit that polled while a window accepted was served a config,
     however many: each one then cost a file looked for on every pass of the window and a stem
     kept for ten minutes. Here 12 fresh senders come while the window for no known client
@@ -255,7 +261,7 @@ def test_a_flood_of_new_senders_during_a_window_gets_no_more_configs_than_the_re
     capture = threading.Thread(target=lambda: results.append(src.capture(0.1, 0.5)))
     try:
         capture.start()
-        wait_for(lambda: src._responder.window is not None, 5, "the window to open")
+        wait_for(lambda: opened_windows != [], 5, "the window to open")
         configs = 0
         for i, s in enumerate(senders):
             s.sendto(req(3, [20_000 + i]), daemon)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -32,9 +35,17 @@ def test_a_refused_connection_says_to_check_the_agent_and_how_to_port_forward(
     )
 
 
-def test_the_port_forward_keeps_the_agents_port_when_the_url_has_it() -> None:
-    from warpwatch.commands.evidence import Agent
+def test_the_port_forward_keeps_the_agents_port_when_the_url_has_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent's own port (9946) may be taken on this machine: the connection is refused
+    whatever listens there, by a stand-in for urllib's `urlopen`."""
 
-    message = Agent("http://user:secret@localhost:9946")._unreachable("/evidence", ConnectionRefusedError(111, "x"))
-    assert message.endswith("kubectl -n NAMESPACE port-forward pod/POD 9946")
+    def refused(*args: object, **kwargs: object) -> NoReturn:
+        raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", refused)
+    assert main(["evidence", "diff", "http://user:secret@localhost:9946"]) == 1
+    message = capsys.readouterr().err
+    assert message.endswith("kubectl -n NAMESPACE port-forward pod/POD 9946\n")
     assert "secret" not in message

@@ -15,6 +15,7 @@ import bcrypt
 import pytest
 
 from support.pki import HASH, PASSWORD, USER, basic, get
+from support.reachable import reachable
 from warpwatch.serving import Endpoints, HttpServer
 from warpwatch.serving.basicauth import BasicAuth
 from warpwatch.serving.webconfig import WebConfig
@@ -52,7 +53,9 @@ def test_two_basic_auths_keep_their_own_checks(tmp_path: Path, bcrypts: list[byt
     assert len(second) == 0
     assert second.check(basic(USER, PASSWORD))
     assert len(bcrypts) == 2, "the second ran a bcrypt of its own"
-    assert first._key != second._key  # the cache entries are keyed per instance too
+    shared = reachable(cfg, bytes)  # the hashes of the web config both read
+    own = [reachable(auth, bytes) - shared for auth in (first, second)]
+    assert own[0] and not own[0] & own[1]  # the cache entries are keyed per instance too
 
 
 @contextlib.contextmanager

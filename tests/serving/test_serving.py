@@ -96,9 +96,7 @@ def test_beyond_the_bound_of_busy_connections_a_new_one_gets_a_clear_503() -> No
             t.start()
         for _ in range(2):  # two renders run at once (the pool); the third waits for one
             assert renders.entered.acquire(timeout=hang_guard())
-        wait_for(
-            lambda: server.connections == 3 and all(c.in_request for c in server._conns), 1.0, "3 busy connections"
-        )
+        wait_for(lambda: server.requests_in_progress == 3, 1.0, "3 busy connections")
         with connect(server.port) as s:
             answer = closed_by_server(s)
         assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")

@@ -71,7 +71,7 @@ def test_guessers_queue_fairly_and_beyond_the_bound_get_429(tmp_path: Path, monk
         assert results["guess"] == [429] * 7
         scrape = threading.Thread(target=attempt, args=("scrape", b"right", "127.0.0.1"))
         scrape.start()
-        wait_for(lambda: server.endpoints.auth is not None and server.endpoints.auth._queued == 5, 1.0, "5 queued")
+        wait_for(lambda: server.endpoints.auth is not None and server.endpoints.auth.queued == 5, 1.0, "5 queued")
         release.set()
         scrape.join(hang_guard())
         for t in guesses:

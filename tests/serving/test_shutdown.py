@@ -20,7 +20,10 @@ class Stopping:
 
     def __init__(self, limits: Limits, renders: Renders) -> None:
         self.server = HttpServer(Endpoints(renders, lambda: (True, "")), "127.0.0.1", 0, limits=limits)
+        before = set(threading.enumerate())
         self.server.start()
+        (self.loop,) = [t for t in threading.enumerate() if t.name == "warpwatch-http" and t not in before]
+        """The thread of the server's event loop, found by its name."""
         self.port = self.server.port
         self.half = [connect(self.port) for _ in range(200)]
         for s in self.half:
@@ -60,8 +63,7 @@ def test_graceful_shutdown_closes_the_idle_at_once_and_finishes_requests_in_prog
         with pytest.raises(ConnectionRefusedError):  # the listener was closed before them
             connect(stopping.port).close()
         time.sleep(1.0)  # a check that something does not happen: stop() does not cut the request off
-        loop = stopping.server._thread
-        assert loop is not None and loop.is_alive() and stopping.answer == []
+        assert stopping.loop.is_alive() and stopping.answer == []
         renders.hold.set()
         stopping.stop.join(hang_guard())
         assert not stopping.stop.is_alive()
@@ -84,10 +86,8 @@ def test_graceful_shutdown_cuts_off_a_request_still_in_progress_at_its_bound() -
     stopping = Stopping(Limits(shutdown_timeout_s=0.5, header_timeout_s=3600), renders)
     try:
         assert all(closed_by_server(s) == b"" for s in stopping.half)
-        loop = stopping.server._thread
-        assert loop is not None
-        loop.join(hang_guard())
-        assert not loop.is_alive()  # the event loop is done while the request is still held
+        stopping.loop.join(hang_guard())
+        assert not stopping.loop.is_alive()  # the event loop is done while the request is still held
         stopping.scrape.join(hang_guard())
         assert stopping.answer == [b""]  # cut off: closed without a response
         assert not renders.hold.is_set()

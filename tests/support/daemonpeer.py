@@ -123,7 +123,7 @@ def assert_kineto_trace(window: CapturedWindow, pid: int, window_ms: int, *, spa
     assert "Record Window End" in names
     spans = [e for e in trace["traceEvents"] if e.get("cat") == "Trace"]
     # Two spans were seen once, under a load average of 30 (issue 38): what they were is shown
-    # if it comes again (the analysis reads the first span only: `schema.first_span`).
+    # if it comes again (the analysis reads the first span only: `badevents.first_span`).
     assert len(spans) == (1 if span else len(spans)) <= 1, (spans, window.requested, trace.get("baseTimeNanoseconds"))
     written_us = window.path.stat().st_mtime * 1e6 + 20_000  # + the file clock's granularity
     for found in spans:

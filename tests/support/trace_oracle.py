@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from support.paths import SHARED_TRACES
+from warpwatch import native
 from warpwatch.errors import TraceError
 from warpwatch.membudget import ReadLimits
 from warpwatch.model import KernelLaunch
@@ -38,7 +39,8 @@ PIECE = 1_500
 """Piece size of the whole-path reads: a seed of a few KB is a first piece, skimmed ones, a tail."""
 MAX_INPUT = 64 * 1024
 
-_native: Any = skim._native
+_native: Any = native.load("warpwatch.trace._gpuscan")
+"""The compiled scanner as the reader loads it (`skim`), or None (not built, or WARPWATCH_PURE_PYTHON=1)."""
 
 
 @contextlib.contextmanager

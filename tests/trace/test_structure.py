@@ -7,16 +7,20 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from typing import Any
 
 import pytest
 
 from support.paths import HTA
+from warpwatch import native
 from warpwatch.trace import skim, structure
 
 SOURCE = HTA / "timeline_analysis" / "sampled_rank-0.json.gz"
 """A real trace written on one line (json.dump's layout; HTA's tests/data)."""
 
-needs_native = pytest.mark.skipif(skim._native is None, reason="the compiled scanner is not built here")
+needs_native = pytest.mark.skipif(not skim.NATIVE, reason="the compiled scanner is not built here")
+gpuscan: Any = native.load("warpwatch.trace._gpuscan")
+"""The compiled scanner as the reader loads it, or None (not built, or WARPWATCH_PURE_PYTHON=1)."""
 
 
 def _events() -> list[dict]:
@@ -32,8 +36,8 @@ def events() -> list[dict]:
 
 def _both(text: bytes, lo: int, hi: int) -> bool:
     python = structure.balanced_python(text, lo, hi)
-    if skim._native is not None:
-        assert skim._native.balanced(text, lo, hi) == python, text[lo:hi][:400]
+    if gpuscan is not None:
+        assert gpuscan.balanced(text, lo, hi) == python, text[lo:hi][:400]
     return python
 
 

@@ -212,7 +212,11 @@ def _weight(ts: float, d: float, t0: float, t1: float, w: float) -> float:
     return w / (w - d) if 0 < d < w else 1.0
 
 
-def _config_key(launch: KernelLaunch) -> tuple[object, ...]:
+_ConfigKey = tuple[int, tuple[int, int, int] | None, tuple[int, int, int] | None, int | None, int | None, str | None]
+"""A launch's device, then what `_config_metrics` reads of it: grid, block, registers, shared memory, API."""
+
+
+def _config_key(launch: KernelLaunch) -> _ConfigKey:
     return (
         launch.device,
         launch.grid,
@@ -228,21 +232,14 @@ class _Configs:
 
     def __init__(self, devices: dict[int, DeviceProperties]) -> None:
         self.devices = devices
-        self.configs: dict[tuple[object, ...], _Config] = {}
+        self.configs: dict[_ConfigKey, _Config] = {}
         self.artifacts: dict[tuple[object, ...], tuple[str, ...]] = {}
 
     def config(self, launch: KernelLaunch) -> _Config:
         key = _config_key(launch)
         cfg = self.configs.get(key)
         if cfg is None:
-            cfg = self.configs[key] = _config_metrics(
-                self.devices.get(launch.device),
-                launch.grid,
-                launch.block,
-                launch.registers_per_thread,
-                launch.shared_memory,
-                launch.launch_api,
-            )
+            cfg = self.configs[key] = _config_metrics(self.devices.get(launch.device), *key[1:])
         return cfg
 
     def artifacts_of(self, launch: KernelLaunch, cfg: _Config) -> tuple[str, ...]:

@@ -22,11 +22,11 @@ from ..model import (
     Trace,
 )
 from ..names.labels import KernelNamer
-from ..trace import DEFAULT_MAX_BYTES, load_gpu_properties, read_trace
+from ..trace import load_gpu_properties, read_trace
 from ..trace.messages import too_large
 from .analyze_json import analysis_to_dict, document, error_record, launch_record
 from .escape import printable
-from .sizes import byte_size, cli_message
+from .sizes import add_max_trace_bytes, cli_message
 from .table import render_table
 
 PROGRESS_MIN_BYTES = 50 * 1024**2
@@ -52,13 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "one object, a list of them, or an object keyed by device id (see docs/analyze.md)",
     )
     p.add_argument("--top", type=int, default=25, metavar="N", help="table rows per trace (default 25; 0 = all)")
-    p.add_argument(
-        "--max-trace-bytes",
-        type=byte_size,
-        default=DEFAULT_MAX_BYTES,
-        metavar="SIZE",
-        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB (default 2GiB)",
-    )
+    add_max_trace_bytes(p)
     p.set_defaults(func=run_analyze)
 
 

@@ -41,7 +41,7 @@ from ..trace import DEFAULT_MAX_BYTES, KERNEL_CATEGORIES, parse_trace
 from ..trace.messages import too_large
 from ..trace.repair import sanitize
 from .escape import printable
-from .sizes import byte_size, cli_message
+from .sizes import add_max_trace_bytes, cli_message
 
 REPORTED_PREFIX = "reported "
 """Prefix (not a suffix: HTA drops parenthesised parts of arg names, so `x (reported)` would read as `x`)."""
@@ -65,13 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         required=True,
         help="where to write the corrected copy (gzip-compressed when OUT ends in .gz)",
     )
-    p.add_argument(
-        "--max-trace-bytes",
-        type=byte_size,
-        default=DEFAULT_MAX_BYTES,
-        metavar="SIZE",
-        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB (default 2GiB)",
-    )
+    add_max_trace_bytes(p)
     p.set_defaults(func=run_fix)
 
 

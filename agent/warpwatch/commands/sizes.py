@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import TraceError
+from ..trace import DEFAULT_MAX_BYTES
 from ..units import parse_size
 
 FLAG = "--max-trace-bytes"
@@ -22,6 +23,18 @@ def byte_size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0 (got {text!r})")
     return value
+
+
+def add_max_trace_bytes(p: argparse.ArgumentParser) -> None:
+    """Give a command that reads a trace the `--max-trace-bytes SIZE` flag (`args.max_trace_bytes`,
+    default the reader's `DEFAULT_MAX_BYTES`)."""
+    p.add_argument(
+        FLAG,
+        type=byte_size,
+        default=DEFAULT_MAX_BYTES,
+        metavar="SIZE",
+        help="refuse traces larger than this once decompressed: bytes, or a size such as 500MB or 2GiB (default 2GiB)",
+    )
 
 
 def cli_message(exc: TraceError) -> str:

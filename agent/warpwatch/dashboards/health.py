@@ -175,52 +175,47 @@ def _agent_status_panels(s: Settings) -> tuple[PanelDef, ...]:
 
     failing = _agent(s, md.WINDOWS, FAILING_MATCHER)
     return (
-        PanelDef(
-            "stat",
+        _pod_stat(
             "Last window age",
             f"Time since the last window finished (any outcome), in capture periods "
             f"(`{md.CAPTURE_PERIOD.name}`). Red from {s.stale_periods:g}: alert WarpwatchNoRecentWindow.",
             COUNT,
-            (
-                Query(
-                    f"(time() - {_agent(s, md.LAST_WINDOW_TIMESTAMP)})\n  / {_agent(s, md.CAPTURE_PERIOD)}",
-                    "{{pod}}",
-                    instant=True,
-                ),
-            ),
-            width=8,
-            height=5,
+            f"(time() - {_agent(s, md.LAST_WINDOW_TIMESTAMP)})\n  / {_agent(s, md.CAPTURE_PERIOD)}",
             thresholds=(("green", None), ("red", s.stale_periods)),
         ),
-        PanelDef(
-            "stat",
+        _pod_stat(
             "Failing windows",
             "Share of windows over the selected range that failed or timed out (0 when none did).",
             PERCENT,
-            (
-                Query(
-                    f"(\n  sum by (namespace, pod) (increase({failing}[$__range]))\n"
-                    f"  or sum by (namespace, pod) (increase({_agent(s, md.WINDOWS)}[$__range])) * 0\n)\n"
-                    f"/ sum by (namespace, pod) (increase({_agent(s, md.WINDOWS)}[$__range]))",
-                    "{{pod}}",
-                    instant=True,
-                ),
-            ),
-            width=8,
-            height=5,
+            f"(\n  sum by (namespace, pod) (increase({failing}[$__range]))\n"
+            f"  or sum by (namespace, pod) (increase({_agent(s, md.WINDOWS)}[$__range])) * 0\n)\n"
+            f"/ sum by (namespace, pod) (increase({_agent(s, md.WINDOWS)}[$__range]))",
             thresholds=(("green", None), ("red", s.failing_ratio)),
         ),
-        PanelDef(
-            "stat",
+        _pod_stat(
             "NVML up",
             "Whether NVML answered at the last sample (GPU utilisation and GPM occupancy need it).",
             "none",
-            (Query(_agent(s, md.NVML_UP), "{{pod}}", instant=True),),
-            width=8,
-            height=5,
+            _agent(s, md.NVML_UP),
             thresholds=(("red", None), ("green", 1)),
             mappings=(("0", "down", "red"), ("1", "up", "green")),
         ),
+    )
+
+
+def _pod_stat(
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    *,
+    thresholds: tuple[tuple[str, float | None], ...],
+    mappings: tuple[tuple[str, str, str], ...] = (),
+) -> PanelDef:
+    """A small (8 x 5) stat panel of one instant query: a value per pod."""
+    query = Query(expr, "{{pod}}", instant=True)
+    return PanelDef(
+        "stat", title, description, unit, (query,), width=8, height=5, thresholds=thresholds, mappings=mappings
     )
 
 
@@ -236,33 +231,19 @@ def _window_panels(s: Settings) -> tuple[PanelDef, ...]:
         for q in (0.5, 0.9, 0.99)
     )
     return (
-        PanelDef(
-            "timeseries",
+        _per_minute(
             "Windows by outcome",
             "Capture windows finished per minute, by outcome (ok, empty, failed, timed_out).",
-            "opm",
-            (
-                Query(
-                    f"sum by (namespace, pod, outcome) (rate({_agent(s, md.WINDOWS)}[$__rate_interval])) * 60",
-                    "{{pod}} {{outcome}}",
-                ),
-            ),
-            min=0,
+            f"sum by (namespace, pod, outcome) (rate({_agent(s, md.WINDOWS)}[$__rate_interval])) * 60",
+            "{{pod}} {{outcome}}",
         ),
-        PanelDef(
-            "timeseries",
+        _per_minute(
             "Faults by stage and reason",
             "Faults the agent survived per minute: failed or timed-out windows by cause, refused "
             "trace files (links out of the folder, FIFOs, other users' files), NVML errors, wall-clock "
             "steps, overrun rounds. The agent keeps serving its last good snapshot meanwhile.",
-            "opm",
-            (
-                Query(
-                    f"sum by (namespace, pod, stage, reason) (rate({_agent(s, md.ERRORS)}[$__rate_interval])) * 60 > 0",
-                    "{{pod}} {{stage}}/{{reason}}",
-                ),
-            ),
-            min=0,
+            f"sum by (namespace, pod, stage, reason) (rate({_agent(s, md.ERRORS)}[$__rate_interval])) * 60 > 0",
+            "{{pod}} {{stage}}/{{reason}}",
         ),
         PanelDef(
             "timeseries",
@@ -273,6 +254,11 @@ def _window_panels(s: Settings) -> tuple[PanelDef, ...]:
             min=0,
         ),
     )
+
+
+def _per_minute(title: str, description: str, expr: str, legend: str) -> PanelDef:
+    """A timeseries of one query that counts per minute (from 0)."""
+    return PanelDef("timeseries", title, description, "opm", (Query(expr, legend),), min=0)
 
 
 def _capture_panels(s: Settings) -> tuple[PanelDef, ...]:

@@ -48,12 +48,17 @@ class AuthQueue:
         self.rejected = 0
         """Requests answered 429 because the queue was full."""
 
+    @property
+    def queued(self) -> int:
+        """How many checks wait for a worker now (at most `total`; those in progress not counted)."""
+        return self._queued
+
     async def check(self, client: str, authorization: str | None) -> bool | None:
         """True/False: the credentials are good or not; None (`BUSY`): the queue is full."""
         if self.basic.cached(authorization):
             return True
         queue = self._waiting.get(client)
-        if self._queued >= self.total or (queue is not None and len(queue) >= self.per_client):
+        if self.queued >= self.total or (queue is not None and len(queue) >= self.per_client):
             self.rejected += 1
             return BUSY
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

@@ -22,7 +22,7 @@ before its parser, so this module owns the sockets and adds them (see `Limits`):
 - a response the client does not read within `write_timeout_s` is dropped with its connection;
 - a client that goes away before its response is sent is one log line (rate-limited, never a
   traceback), as is every other per-connection problem; each is counted in
-  `warpwatch_http_rejected_total{reason}` (`REJECT_REASONS`);
+  `warpwatch_http_rejected_total{reason}` (`rejects.REJECT_REASONS`);
 - TLS (`webconfig`): the first byte is peeked before the handshake, so a plain-HTTP request on
   the TLS port gets "400 Client sent an HTTP request to an HTTPS server." (as Go answers); each
   handshake uses the current SSL context, rebuilt when the certificate, key or CA files change
@@ -46,30 +46,15 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 
 from ..errors import WarpwatchError
-from ..logs import RepeatFilter, limited_event
+from ..logs import limited_event
 from .aiohttplog import AiohttpLog
 from .connection import Connection, Limits, _reason
 from .endpoints import Endpoints
+from .rejects import RejectLog
 from .tls import _ContextHolder, answer_plain_http, peek_first_byte
 from .webconfig import WebConfig
 
 log = logging.getLogger("warpwatch.http")
-
-REJECT_REASONS: tuple[str, ...] = (
-    "too_many_connections",  # refused at the connection bound (503 or close)
-    "evicted",  # an idle or silent connection closed to make room for a new one
-    "header_timeout",  # a request's headers did not arrive within the deadline (no response)
-    "headers_too_large",  # request line and headers over max_header_bytes (431)
-    "auth_busy",  # the basic-auth queue was full (429)
-    "slow_reader",  # the client did not read its response within write_timeout_s
-    "client_gone",  # the client closed before its response was sent
-    "tls_failed",  # TLS handshake failed, plain HTTP on the TLS port, or a client SAN not allowed
-    "accept_failed",  # accept() failed (EMFILE, ENFILE, ENOBUFS...): retried after a back-off
-    "bad_request",  # the HTTP parser refused the request (400, 431 from llhttp's limits), logged in one line
-    "not_found",  # a path the agent does not serve, or no kept evidence id (404)
-)
-"""`reason` label values of `warpwatch_http_rejected_total`: public API, like metric names."""
-
 
 _BUSY_ANSWER = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -78,7 +63,7 @@ _BUSY_ANSWER = (
 )
 
 
-class HttpServer:
+class HttpServer(RejectLog):
     """Serves `endpoints` on (address, port) with `limits` (module doc): `start()`, `port`, `stop()`."""
 
     def __init__(
@@ -96,12 +81,10 @@ class HttpServer:
         self.web = web
         self.tls = web.tls if web is not None else None
         self.limits = limits or Limits()
-        self.rejected: dict[str, int] = dict.fromkeys(REJECT_REASONS, 0)
-        """Counts by reason (`REJECT_REASONS`); read by the metrics collector from any thread."""
+        super().__init__()
         self.by_handler: dict[Any, Connection] = {}
         self._conns: dict[Connection, None] = {}
         self._refusing = 0
-        self._repeats = RepeatFilter(60.0)
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -120,6 +103,11 @@ class HttpServer:
     @property
     def connections(self) -> int:
         return len(self._conns)
+
+    @property
+    def requests_in_progress(self) -> int:
+        """How many connections are serving a request now (the others are idle or still sending one)."""
+        return sum(1 for c in self._conns if c.in_request)
 
     def start(self) -> None:
         """Bind and serve in a thread of its own; WarpwatchError when the address cannot be bound."""
@@ -199,7 +187,7 @@ class HttpServer:
             if not conn.in_request:
                 conn.abort()
         deadline = time.monotonic() + self.limits.shutdown_timeout_s
-        while any(c.in_request for c in self._conns) and time.monotonic() < deadline:
+        while self.requests_in_progress and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         if self._web_server is not None:
             with contextlib.suppress(Exception):
@@ -398,30 +386,3 @@ class HttpServer:
     async def _send(request: web.BaseRequest, response: web.StreamResponse) -> None:
         await response.prepare(request)
         await response.write_eof()
-
-    # ------------------------------------------------------------------ reporting
-
-    def count(self, reason: str) -> None:
-        """Count one of `REJECT_REASONS` (the caller logs it)."""
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
-
-    def reject(self, reason: str, peer: str, detail: str, level: int = logging.WARNING) -> None:
-        """Count a rejected connection or request and log it: once, then at most once a minute per
-        reason with the number left out (`logs.RepeatFilter`)."""
-        self.count(reason)
-        limited_event(
-            log, self._repeats, ("http", reason), "http_rejected", level, reason=reason, client=peer, detail=detail
-        )
-
-    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """asyncio's own reports (a transport's fatal error...): one rate-limited line, no traceback."""
-        exc = context.get("exception")
-        error = f"{type(exc).__name__}: {exc}" if exc is not None else str(context.get("message"))
-        limited_event(
-            log,
-            self._repeats,
-            ("asyncio", type(exc).__name__ if exc else "message"),
-            "http_error",
-            logging.WARNING,
-            error=error,
-        )

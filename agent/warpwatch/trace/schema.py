@@ -16,14 +16,14 @@ reject a piece of the document.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Union
 
 import msgspec
 
-from ..model import KernelLaunch, TraceWindow
+from ..model import KernelLaunch
+from .badevents import BadEvent, braces, describe_bad_event, first_span
 from .values import dims, finite_number, is_int, reported
 
 KERNEL_CATEGORIES = frozenset({"kernel", "Kernel"})
@@ -165,16 +165,6 @@ HipCall = tuple[int, str, Any, Any]
 three non-negative integers; lists after a trip between processes)."""
 
 
-class BadEvent(Exception):
-    """An event the Trace cannot be built from; `describe_bad_event` finds its index for the message."""
-
-    def __init__(self, event: Any, problem: str, detail: str = "") -> None:
-        super().__init__(problem)
-        self.event = event
-        self.problem = problem
-        self.detail = detail
-
-
 class Interned:
     """One object per distinct kernel name and launch configuration within one read: a window
     keeps hundreds of thousands of launches of a few hundred kernels."""
@@ -203,7 +193,7 @@ def scan(events: list[Any], fast: bool, interned: Interned, *, hip: bool = False
     except BadEvent as bad:
         return Scanned(count, [], [], [], None, math.inf, -math.inf, describe_bad_event(bad, events))
     except msgspec.DecodeError as exc:  # a kernel's name or args (kept raw until now) are not valid JSON
-        message = _braces(f"invalid JSON in a kernel event's name or args ({exc})")
+        message = braces(f"invalid JSON in a kernel event's name or args ({exc})")
         return Scanned(count, [], [], [], None, math.inf, -math.inf, (0, message))
 
 
@@ -361,42 +351,3 @@ def _launch_permissive(ev: Any, name: Any, ts: float, dur: float, interned: Inte
         reported_occupancy_pct=reported(args.occupancy_pct),
     )
     return launch, args.correlation if is_int(args.correlation) else -1
-
-
-def first_span(spans: Iterable[tuple[Any, Any]]) -> TraceWindow | None:
-    """The first Trace event with a positive duration (an invalid one before it is an error:
-    BadEvent whose `event` is the rank of that span among the Trace events)."""
-    for k, (ts, dur) in enumerate(spans):
-        t = finite_number(ts)
-        d = finite_number(dur)
-        if t is None or d is None or d < 0:
-            raise BadEvent(k, "span")
-        if d > 0:
-            return TraceWindow(t, t + d, "trace_span")
-    return None
-
-
-def describe_bad_event(bad: BadEvent, events: list[Any]) -> tuple[int, str]:
-    """(index of the bad event in `events`, message with `{index}` standing for its index in
-    the whole document)."""
-    if bad.problem == "span":  # bad.event is the rank of the span among Trace events
-        spans = (i for i, ev in enumerate(events) if ev.cat == "Trace" and getattr(ev, "ph", "X") == "X")
-        index = next(i for k, i in enumerate(spans) if k == bad.event)
-    else:
-        index = next(i for i, ev in enumerate(events) if ev is bad.event)
-    ev = events[index]
-    if bad.problem == "args":
-        return index, f"unexpected structure: {_braces(bad.detail)} - at `$.traceEvents[{{index}}].args`"
-    name: Any = ev.name
-    if isinstance(name, msgspec.Raw):
-        with contextlib.suppress(msgspec.DecodeError):
-            name = msgspec.json.decode(name)
-    return index, "traceEvents[{index}] " + _braces(
-        f"({ev.cat!s:.20} {name!s:.60}): ts/dur must be finite numbers, "
-        f"dur >= 0 (got ts={ev.ts!r:.30}, dur={ev.dur!r:.30})"
-    )
-
-
-def _braces(text: str) -> str:
-    """Text put in a message template as it is."""
-    return text.replace("{", "{{").replace("}", "}}")

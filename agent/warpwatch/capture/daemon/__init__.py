@@ -22,11 +22,11 @@ outside ``/tmp`` worked). Mount the shared volume under ``/tmp/`` (or set
 ``KINETO_ONDEMAND_TRACE_DIR`` to it in the traced container) to work with both.
 """
 
-from .source import (
+from .clients import DaemonClient
+from .source import KinetoDaemonSource
+from .wire import (
     ABSTRACT_ADDRESS,
     HEADER,
-    DaemonClient,
-    KinetoDaemonSource,
     MalformedDatagram,
     build_config,
     encode_message,
