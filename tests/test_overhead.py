@@ -123,3 +123,15 @@ def test_the_throughput_loss_needs_a_span_between_windows_and_never_goes_below_z
     # 2 s inside at 500/s would have made 1,000 tokens; 600 were made: 0.8 s lost
     slower = LatencySplit(inside_wall_s=2.0, windows=1, inside_generated=600, outside_generated=500, outside_wall_s=1.0)
     assert throughput_loss(slower) == pytest.approx(0.8)
+
+
+def test_a_cost_the_source_measured_itself_is_charged_in_place_of_its_stop() -> None:
+    ledger = OverheadLedger(0.01, 10.0, 86400.0)
+    # kineto-daemon: the stops took 1.6 s and 1.9 s (mostly the wait for Kineto's next poll), the
+    # traces took 0.3 s and 0.4 s to finish once recorded: 0.4 s per round is charged, 40 s at 1 %.
+    ledger.observe("kineto-daemon", [1.6], None, [0.3])
+    ledger.observe("kineto-daemon", [1.9], None, [0.4, float("nan")])
+    assert ledger.lost() == pytest.approx(0.4)
+    assert ledger.replan() == pytest.approx(40.0)
+    # the stop histogram still shows the stops
+    assert ledger.view().stops["kineto-daemon"].total == pytest.approx(3.5)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 ROUNDS = 5
@@ -120,6 +121,9 @@ class _SourceLedger:
         self.stalls: deque[float] = deque(maxlen=ROUNDS)
         """The largest stop of each of the last rounds that had one (their largest counts: a
         stall is not averaged away by quick ones)."""
+        self.costs: deque[float] = deque(maxlen=ROUNDS)
+        """The largest cost the source measured itself of each of the last rounds that had one
+        (`Source.take_cost_seconds`): where there is one, it is charged in place of the stall."""
         self.splits: deque[LatencySplit] = deque(maxlen=ROUNDS + 1)
         self.histogram = StopHistogram()
 
@@ -132,7 +136,7 @@ class _SourceLedger:
 
     def lost(self) -> float | None:
         """Server seconds lost per round, or None when nothing was measured."""
-        stall = max(self.stalls) if self.stalls else None
+        stall = max(self.costs) if self.costs else max(self.stalls) if self.stalls else None
         recent = self.recent()
         served = None
         if recent is not None and recent.windows > 0:
@@ -165,14 +169,19 @@ class OverheadLedger:
         """The period in force: the configured one, or longer while the cost is above the budget."""
         self._sources: dict[str, _SourceLedger] = {}
 
-    def observe(self, source: str, stops: list[float], served: LatencySplit | None) -> None:
-        """One round of one source: the stops it answered, its cumulative served latency."""
+    def observe(
+        self, source: str, stops: list[float], served: LatencySplit | None, costs: Sequence[float] = ()
+    ) -> None:
+        """One round of one source: the stops it answered, its cumulative served latency, and the
+        costs it measured itself."""
         led = self._sources.setdefault(source, _SourceLedger())
         good = [s for s in stops if math.isfinite(s) and s >= 0]
         for s in good:
             led.histogram.observe(s)
         if good:
             led.stalls.append(max(good))
+        if measured := [c for c in costs if math.isfinite(c) and c >= 0]:
+            led.costs.append(max(measured))
         if served is not None:
             if not led.splits:
                 led.splits.append(LatencySplit())  # a source's split is cumulative from zero

@@ -90,6 +90,10 @@ class Source(abc.ABC):
         set.
         """
 
+    def finish(self, timeout_s: float) -> None:  # noqa: B027 (a source with nothing in flight)
+        """At shutdown, before `close`: wait up to `timeout_s` for what is still in flight (a
+        server still writing a window's files) and release it, saying in one log line what is left."""
+
     def close(self) -> None:  # noqa: B027 (a source without resources has nothing to release)
         """Release everything; called once at shutdown, possibly from another thread."""
 
@@ -106,6 +110,12 @@ class Source(abc.ABC):
     def take_stop_seconds(self) -> list[float]:
         """The stops answered since the last call, each from asking the traced process to end a
         window until it answered (`overhead`); none by default (a source that sends no stop)."""
+        return []
+
+    def take_cost_seconds(self) -> list[float]:
+        """What each window since the last call cost the traced process, measured on the traced
+        process's side, charged in place of its stop (`overhead`); none by default (the stops, or
+        the served latency, are the measure)."""
         return []
 
     def served_latency(self) -> LatencySplit | None:

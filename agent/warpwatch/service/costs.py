@@ -16,7 +16,7 @@ log = logging.getLogger("warpwatch.service")
 def note_costs(ledger: OverheadLedger, sources: Sequence[Source], *, window: float) -> float | None:
     """Feed this round's measures; the new period when it changed, else None."""
     for src in sources:
-        ledger.observe(src.name, src.take_stop_seconds(), src.served_latency())
+        ledger.observe(src.name, src.take_stop_seconds(), src.served_latency(), src.take_cost_seconds())
     before = ledger.period
     period = ledger.replan()
     if period is None:

@@ -20,36 +20,18 @@ from .. import CapturedWindow, Source
 from . import window as daemon_window
 from .clients import MAX_CLIENTS, ClientRegistry, DaemonClient
 from .files import TraceFiles
+from .finish import finish_seconds
 from .serve import Responder
 from .sockets import DaemonSocket
 from .window import Served, Window, closed_result, served_result
 from .wire import (
-    ABSTRACT_ADDRESS,
     DEFAULT_ACTIVITY_TYPES,
-    HEADER,
     MAX_WINDOW_MS,
     SOCKET_DIR_ENV,
     Address,
-    MalformedDatagram,
-    build_config,
-    encode_message,
-    parse_datagram,
-    parse_request,
     validate_activity_types,
     validate_trace_dir,
 )
-
-__all__ = [
-    "ABSTRACT_ADDRESS",
-    "HEADER",
-    "DaemonClient",
-    "KinetoDaemonSource",
-    "MalformedDatagram",
-    "build_config",
-    "encode_message",
-    "parse_datagram",
-    "parse_request",
-]
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +101,7 @@ class KinetoDaemonSource(Source):
         self._files = TraceFiles(self.trace_dir, delete_processed, clock)
         self._window_seq = 0
         self._stop_seconds: list[float] = []
+        self._finish_seconds: list[float] = []
         self._exit_watch: dict[Address, float] = {}
         """Clients whose window ended without their trace, with when it was given up: each is counted
         in `exits_in_window` once it is seen silent since (gone), or forgotten once it polls again."""
@@ -234,7 +217,16 @@ class KinetoDaemonSource(Source):
     def take_stop_seconds(self) -> list[float]:
         """Per client trace since the last call: seconds from its window's end until its file was
         there (Kineto ends its profile and writes the trace; its loop ticks once a second)."""
-        out, self._stop_seconds = self._stop_seconds, []
+        with self._lock:
+            out, self._stop_seconds = self._stop_seconds, []
+        return out
+
+    def take_cost_seconds(self) -> list[float]:
+        """Per client trace since the last call: what finishing it cost the traced process, from
+        its recording's end to its file's last write (`finish`); its stop where the file does not
+        say (the stop bounds it: the poll wait before it costs the process nothing)."""
+        with self._lock:
+            out, self._finish_seconds = self._finish_seconds, []
         return out
 
     @property
@@ -342,4 +334,8 @@ class KinetoDaemonSource(Source):
             with self._lock:
                 self._exit_watch[item.key] = now
         else:
-            self._stop_seconds.append(max(0.0, time.time() - item.requested[1] / 1e6))
+            stop = max(0.0, time.time() - item.requested[1] / 1e6)
+            finish = finish_seconds(result.path)
+            with self._lock:
+                self._stop_seconds.append(stop)
+                self._finish_seconds.append(stop if finish is None else min(finish, stop))
