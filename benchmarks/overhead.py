@@ -49,6 +49,7 @@ sys.path.insert(0, str(HERE))
 
 from overheadkit.daemonarms import run_daemon_section  # noqa: E402
 from overheadkit.load import LoadShape  # noqa: E402
+from overheadkit.losstable import loss_table, pool_timeline  # noqa: E402
 from overheadkit.report import daemon_table, pool_daemon, pool_vllm, vllm_tables  # noqa: E402
 from overheadkit.vllmarms import ARMS, DEFAULT_ARMS, ArmRun, Target, run_arm, start_target  # noqa: E402
 from overheadkit.watch import LoadAverage, describe_machine, machine  # noqa: E402
@@ -153,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     vllm_pooled, daemon_pooled = pool_vllm(runs), pool_daemon(daemon)
     text = header(args, m, loads, version)
+    timeline_pooled = pool_timeline(runs)
     if vllm_pooled:
         text += "\n\n" + vllm_tables(vllm_pooled)
+    if timeline_pooled:
+        text += "\n\n" + loss_table(timeline_pooled)
     if daemon_pooled:
         text += "\n\nkineto-daemon, a torch loop (4 x 256x256 matmul + tanh per step), the agent at 1 s every 10 s:\n\n"
         text += daemon_table(daemon_pooled)
@@ -166,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             "argv": sys.argv[1:],
             "vllm": version,
             "vllm_arms": vllm_pooled,
+            "timeline_arms": timeline_pooled,
             "vllm_rounds": [_round_doc(r) for r in runs],
             "daemon_arms": daemon_pooled,
             "daemon_rounds": [_daemon_doc(a) for a in daemon],
@@ -190,6 +195,7 @@ def _round_doc(r: ArmRun) -> dict[str, Any]:
         "load1": r.load1,
         "window_stalls": r.stalls,
         "server_slowdown": r.server_slowdown,
+        "timeline": r.timeline,
     }
 
 

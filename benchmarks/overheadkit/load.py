@@ -1,6 +1,7 @@
-"""The steady load: `streams` threads, each sending one streaming completion after the other
-(closed loop) with a fixed prompt length (token ids drawn from a seeded generator), a fixed output
-length (`max_tokens`, `min_tokens` and `ignore_eos`) and greedy sampling.
+"""The steady load: `streams` threads, each sending one completion after the other (closed
+loop; streamed, or whole with `LoadShape(stream=False)`) with a fixed prompt length (token ids
+drawn from a seeded generator), a fixed output length (`max_tokens`, `min_tokens` and
+`ignore_eos`) and greedy sampling.
 
 Every chunk a stream receives is timed on the monotonic clock with the tokens it carries (the
 server's running `usage.completion_tokens`, `continuous_usage_stats`), so a chunk holding two
@@ -42,6 +43,8 @@ class LoadShape:
     output_tokens: int = 32
     seed: int = 0
     vocab: int = 1024
+    stream: bool = True
+    """False: each completion comes whole, its tokens counted when it arrives (a non-streaming client)."""
 
 
 class StreamLoad:
@@ -73,18 +76,18 @@ class StreamLoad:
     def _body(self, rng: random.Random) -> bytes:
         s = self.shape
         prompt = [rng.randrange(3, s.vocab) for _ in range(s.prompt_tokens)]  # 0-2: <unk>, <s>, </s>
-        return json.dumps(
-            {
-                "model": self.model,
-                "prompt": prompt,
-                "max_tokens": s.output_tokens,
-                "min_tokens": s.output_tokens,
-                "ignore_eos": True,
-                "temperature": 0.0,
-                "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-            }
-        ).encode()
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": s.output_tokens,
+            "min_tokens": s.output_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": s.stream,
+        }
+        if s.stream:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        return json.dumps(body).encode()
 
     def _run(self, stream: int) -> None:
         rng = random.Random(self.shape.seed * 1_000_003 + stream)
@@ -111,6 +114,10 @@ class StreamLoad:
         resp = conn.getresponse()
         if resp.status != 200:
             raise ValueError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+        if not self.shape.stream:
+            doc = json.loads(resp.read())
+            req.chunks.append((time.monotonic(), int(doc["usage"]["completion_tokens"])))
+            return
         seen = 0
         while line := resp.readline():
             if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,14 @@ from support.vllmreal import VllmServer
 from .load import LoadShape, StreamLoad
 from .proxy import ProfileProxy
 from .split import ServedSamples, served_samples, window_stalls
+from .timeline import arm_timeline
 from .watch import TraceKeeper, TreeSampler
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 DUTY10 = ("--period", "10s", "--window", "1s")
+STEADY_S = 480.0
+"""At the defaults the first window is charged from the span before it, and the period settles at
+its charge over the budget (1-3 min on the CPU build): 8 min hold three windows or more after it."""
 NO_BUDGET = ("--overhead-budget", "100%")
 """At the default budget (1 %) the first window's stall stretches the period past the arm: the
 10 %-duty arms measure what such windows cost, so they run without it (`duty10-budget` with it)."""
@@ -42,6 +46,10 @@ class Arm:
     agent_args: tuple[str, ...] | None = None
     """None: no agent."""
     spec_extra: str = ""
+    stream: bool = True
+    """False: a non-streaming client (each completion whole)."""
+    seconds: float | None = None
+    """The arm's length when not --arm-seconds (the steady-state arm: the agent's period settles)."""
 
 
 ARMS = {
@@ -69,6 +77,31 @@ ARMS = {
             agent_args=(*DUTY10, *NO_BUDGET),
         ),
         Arm("lean-default", "agent at its defaults, server with ignore_frontend", server="lean", agent_args=()),
+        Arm("lean-none", "no agent, server with ignore_frontend", server="lean"),
+        Arm(
+            "lean-nostream",
+            "1 s every 10 s, 16 steps, server with ignore_frontend, non-streaming client",
+            server="lean",
+            agent_args=(*DUTY10, *NO_BUDGET),
+            stream=False,
+        ),
+        Arm(
+            "lean-steady",
+            "agent at its defaults in steady state (8 min: its period settles), server with ignore_frontend",
+            server="lean",
+            agent_args=(),
+            seconds=STEADY_S,
+        ),
+        *(
+            Arm(
+                f"lean-steps{n}",
+                f"1 s every 10 s, {n} steps, server with ignore_frontend",
+                server="lean",
+                agent_args=(*DUTY10, *NO_BUDGET),
+                spec_extra=f",max_steps={n}",
+            )
+            for n in (4, 8)
+        ),
         Arm("duty10-budget", "1 s every 10 s, 16 steps, budget 1 %", agent_args=DUTY10),
         Arm("plain-budget", "1 s every 10 s, plain windows, budget 1 %", agent_args=DUTY10, spec_extra=",max_steps=0"),
         Arm(
@@ -80,7 +113,10 @@ ARMS = {
         ),
     )
 }
-DEFAULT_ARMS = ("none", "default", "duty10", "plain", "stacks")
+DEFAULT_ARMS = ("lean-none", "lean", "lean-nostream", "lean-steps4", "lean-steps8", "lean-steady")
+"""The recommended server config (stacks off, ignore_frontend) with streaming and non-streaming
+clients, the cheaper windows, and the defaults in steady state; the configurations the agent
+replaced (wall-clock windows, stacks, the API server's profiler) are arms to name (`--arms`)."""
 
 SERVER_CONFIGS = {
     "off": {"torch_profiler_with_stack": False},
@@ -132,10 +168,13 @@ class ArmRun:
     """vLLM's own histogram on the agent's spans (`proxy.ProfileProxy.server_slowdown`)."""
     stalls: list[dict[str, float]] = field(default_factory=list)
     """Per window, its longest stall and where it lay (`split.window_stalls`)."""
+    timeline: dict[str, Any] = field(default_factory=dict)
+    """Where each window's cost landed at the client (`timeline.arm_timeline`)."""
 
 
 def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: int, root: Path) -> ArmRun:
-    load = StreamLoad(target.server.url, str(target.server.model), shape)
+    arm_s = arm.seconds or arm_s
+    load = StreamLoad(target.server.url, str(target.server.model), replace(shape, stream=arm.stream))
     load.start()
     try:
         load.wait_steady(quiet_s=2.0)
@@ -156,6 +195,9 @@ def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: in
     )
     files = target.keeper.collect()
     target.keeper.forget(files, remove_originals=True)
+    spans = [(w.start, w.end) for w in windows]
+    wall = time.time() - time.monotonic()
+    writes = [f.mtime - wall for f in files if f.name.endswith(TRACE_SUFFIX) and ".async_llm." not in f.name]
     traces = [f for f in files if f.name.endswith(TRACE_SUFFIX)]  # not the *.profiler_out.txt tables
     return ArmRun(
         arm.key,
@@ -168,7 +210,8 @@ def run_arm(arm: Arm, target: Target, shape: LoadShape, arm_s: float, round_: in
         report,
         starts=[w.start for w in windows],
         server_slowdown=target.proxy.server_slowdown(windows),
-        stalls=window_stalls(load.requests, [(w.start, w.end) for w in windows]),
+        stalls=window_stalls(load.requests, spans),
+        timeline=arm_timeline(load.requests, spans, t0, t1, writes),
     )
 
 

@@ -192,39 +192,6 @@ class VllmServer:
         out = subprocess.run(["ps", "-eo", "pid=,pgid="], capture_output=True, text=True, check=True).stdout
         return {int(p) for p, g in (line.split() for line in out.splitlines()) if int(g) == self.proc.pid}
 
-    def engine_cpus(self) -> set[int]:
-        """The CPUs vLLM bound its workers to (its auto binding keeps the rest, the "reserved"
-        CPUs, for the scheduler); empty before they started."""
-        return {cpu for pid in self.pids() if _name(pid).startswith("VLLM::Worker") for cpu in _affinity(pid)}
-
-    @contextlib.contextmanager
-    def frontend_first(self) -> Iterator[set[int]]:
-        """The API server never waits for a CPU, as on a GPU server, where the model runs on the
-        GPU and the host's CPUs stream what it made: the API server, EngineCore and the calling
-        process (its threads, and those it starts meanwhile) go on the CPUs the worker is not bound
-        to, and the API server's threads are scheduled round-robin at real-time priority 1 (it
-        takes a few % of a CPU: they run as soon as they wake, before any other test, stress-ng or
-        the EngineCore's busy loop). Yields those CPUs: empty where the worker took them all, and
-        then nothing moves. Without root only the CPUs change. On exit the caller's CPUs are
-        restored (the server's processes are left as they are)."""
-        allowed = os.sched_getaffinity(0)
-        rest = allowed - self.engine_cpus()
-        if not rest:
-            yield set()
-            return
-        for pid in self.pids():
-            if _affinity(pid) == allowed:
-                _set_affinity(pid, rest)
-        _set_realtime(self.proc.pid)
-        before = {tid: _affinity(tid) for tid in _threads(os.getpid())}
-        _set_affinity(os.getpid(), rest)
-        try:
-            yield rest
-        finally:
-            for tid in _threads(os.getpid()):
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(tid, before.get(tid, allowed))
-
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -234,43 +201,6 @@ class VllmServer:
             os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
-
-
-def _threads(pid: int) -> list[int]:
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return []
-
-
-def _name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _affinity(pid: int) -> set[int]:
-    """The CPUs of a process (its main thread's: vLLM binds the worker's whole process)."""
-    try:
-        return os.sched_getaffinity(pid)
-    except OSError:
-        return set()
-
-
-def _set_affinity(pid: int, cpus: set[int]) -> None:
-    """Every thread of a process on `cpus` (sched_setaffinity moves one thread; a thread that ends
-    meanwhile is passed over)."""
-    for tid in _threads(pid):
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(tid, cpus)
-
-
-def _set_realtime(pid: int) -> None:
-    """Every thread of a process round-robin at real-time priority 1 (root only: else unchanged)."""
-    for tid in _threads(pid):
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(1))
 
 
 @contextlib.contextmanager
@@ -310,10 +240,8 @@ class StreamLoad:
         streams: int = 4,
         tokens: int = 32,
         prompt: str = "the quick brown",
-        *,
-        realtime: bool = False,
     ) -> None:
-        self.server, self.tokens, self.prompt, self.realtime = server, tokens, prompt, realtime
+        self.server, self.tokens, self.prompt = server, tokens, prompt
         self.requests: list[list[tuple[float, int]]] = []
         """Per request: when it was sent (0 tokens), then each chunk's (arrival, tokens so far)."""
         self.timelines: list[list[float]] = [[] for _ in range(streams)]
@@ -336,9 +264,6 @@ class StreamLoad:
             t.join(120)
 
     def _run(self, stream: int) -> None:
-        if self.realtime:  # this thread: it takes each chunk's time as it arrives (root only)
-            with contextlib.suppress(OSError):
-                os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
         body = json.dumps(
             {
                 "model": str(self.server.model),
