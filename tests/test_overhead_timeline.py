@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from overheadkit.timeline import Work, far_rate, interval, window_losses  # noqa: E402
+from overheadkit.timeline import Work, far_rate, interval, window_losses
 
 RATE = 100.0  # tokens per second, one token every 10 ms
 
