@@ -11,7 +11,14 @@ import pytest
 
 from warpwatch.capture.daemon.finish import finish_seconds
 
-HTA = Path(__file__).resolve().parents[3] / "shared" / "traces" / "facebookresearch__HolisticTraceAnalysis" / "tests" / "data"
+HTA = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "traces"
+    / "facebookresearch__HolisticTraceAnalysis"
+    / "tests"
+    / "data"
+)
 CASES = [
     # 2023, no baseTimeNanoseconds: ts in microseconds since the epoch
     ("cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz", 1679055463.390908),
