@@ -1,29 +1,34 @@
 """What watching costs the traced server, and the period that keeps it within the budget.
 
-Two measures come from the sources each round:
+The measures come from the sources each round:
 
 - the **stop stall**: seconds from asking a source to end a window until it answered (a vLLM
   worker writes its trace, and builds its `key_averages()` table, before it serves again);
-- the **served latency** (vllm/sglang sources): the engine's own inter-token latency histogram,
-  its sum and count read before each window starts and after it ended, split into what fell
-  inside windows and what fell between them (`LatencySplit`, cumulative).
+- the **served measures** (vllm/sglang sources): the engine's own latency per output token (its
+  inter-token and first-token histograms, sum and count) and its counter of generated tokens,
+  read before each window starts and after it ended, with the wall time of each span, split into
+  what fell inside windows and what fell between them (`LatencySplit`, cumulative; a source
+  measures a span before its first window too);
+- a **cost the source measured itself** (kineto-daemon: what finishing each window's trace took
+  the traced process, `Source.take_cost_seconds`), charged in place of its stop.
 
-From the last `ROUNDS` rounds the ledger estimates, per source, the slowdown s (mean inter-token
-latency inside ÷ outside − 1) and the stall, and the server time lost per round:
+From the last `ROUNDS` rounds the ledger estimates, per source, the server time lost per round:
 
-    lost = max(T · s / (1 + s), stall)        cost(P) = lost / P
+    lost = max(T · s / (1 + s), T − G_in / r_out, stall)        cost(P) = lost / P
 
 T being the mean wall time inside a window (its start to its stop's answer and the collection of
-its files): each stream served T / (1 + s) worth of tokens in T. The stall is already inside T
-(tokens held by a stop show their wait in the engine's histograms), so it is not added again; it
-bounds `lost` from below, and alone where a source gives no served measure (kineto-daemon): only
-what is measured is charged. Where a source measures served latency but no span between windows
-is known yet (its first window), s is unknown and the whole of T is charged, as if the server
-served nothing inside the window: the first rounds are charged at most, never at nothing. The
-largest over the sources counts (they run side by side). The period that keeps the cost within
-the budget is `lost / budget`, never less than the configured one nor more than `max_period`; the
-window is never shortened (the sampling-window correction needs it). Pure: no clock, no I/O; the
-service feeds it and reads `view()`.
+its files), s the slowdown (mean latency per token inside ÷ outside − 1: each stream served
+T / (1 + s) worth of tokens in T), G_in the tokens generated inside a window and r_out the rate
+between windows (`throughput_loss`: what the engine did not make, whether or not a client waited
+on a token for it). The larger counts: each misses what the other sees (the histograms miss a
+stall with no request in flight; the counter misses a slower token that still came). The stall
+is already inside T, so it is not added again; it bounds `lost` from below, and alone where a
+source gives no served measure. Where a source measures served latency but no span between
+windows is known yet, the whole of T is charged, as if the server served nothing inside the
+window: never at nothing. The largest over the sources counts (they run side by side). The period
+that keeps the cost within the budget is `lost / budget`, never less than the configured one nor
+more than `max_period`; the window is never shortened (the sampling-window correction needs it).
+Pure: no clock, no I/O; the service feeds it and reads `view()`.
 """
 
 from __future__ import annotations
