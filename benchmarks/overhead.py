@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if daemon_pooled:
         text += "\n\nkineto-daemon, a torch loop (4 x 256x256 matmul + tanh per step), the agent at 1 s every 10 s:\n\n"
         text += daemon_table(daemon_pooled)
+        if daemon_timeline := pool_timeline(daemon):
+            text += "\n\n" + loss_table(daemon_timeline, "the loop's steps")
     print(text)
     if args.json:
         doc = {
@@ -173,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             "timeline_arms": timeline_pooled,
             "vllm_rounds": [_round_doc(r) for r in runs],
             "daemon_arms": daemon_pooled,
+            "daemon_timeline_arms": pool_timeline(daemon),
             "daemon_rounds": [_daemon_doc(a) for a in daemon],
             "table": text,
         }
@@ -209,6 +212,7 @@ def _daemon_doc(a: Any) -> dict[str, Any]:
         "trace_bytes": a.trace_bytes,
         "agent": a.agent,
         "steps": step_summary(a.samples) if a.samples else None,
+        "timeline": a.timeline,
     }
 
 

@@ -28,6 +28,7 @@ from support.agent import Agent
 from support.daemonpeer import Peer
 
 from .split import Span, StepSamples, step_samples
+from .timeline import step_timeline
 from .vllmarms import _finish_agent
 from .watch import TraceFile, TraceKeeper, TreeSampler
 
@@ -68,6 +69,12 @@ class DaemonArm:
     trace_bytes: int
     agent: dict[str, Any] = field(default_factory=dict)
     samples: StepSamples | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)
+    """Where each window's cost landed in the loop's steps (`timeline.step_timeline`)."""
+
+    @property
+    def starts(self) -> list[float]:
+        return sorted(a for a, _ in self.windows)
 
 
 class TorchLoop:
@@ -150,4 +157,5 @@ def run_daemon_section(peer: Peer, rounds: int, arm_s: float, log: Any) -> list[
         keeper.close()
     for arm in arms:
         arm.samples = step_samples(steps, arm.windows, arm.t0, arm.t1)
+        arm.timeline = step_timeline(steps, arm.windows, arm.t0, arm.t1) if arm.windows else {}
     return arms

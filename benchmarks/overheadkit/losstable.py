@@ -5,16 +5,18 @@ own figure, the cost at the rhythm the windows came at, and the loss's shape in 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from .timeline import BIN_S, Interval, interval, sparkline
-from .vllmarms import ArmRun
 
 PARTS = ("before", "inside", "after", "total")
 
 
-def pool_timeline(runs: list[ArmRun]) -> list[dict[str, Any]]:
-    """Per arm with windows, in the order first run: the pooled losses and the agent's charge."""
+def pool_timeline(runs: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per arm with windows, in the order first run: the pooled losses and the agent's charge
+    (`vllmarms.ArmRun` or `daemonarms.DaemonArm`: an arm, its rounds' `timeline`, `starts` and
+    `agent`)."""
     out = []
     for key in dict.fromkeys(r.arm for r in runs):
         mine = [r for r in runs if r.arm == key and r.timeline]
@@ -64,10 +66,10 @@ def _iv(d: dict[str, Any], scale: float = 1.0, digits: int = 2) -> str:
     return Interval(**d).text(scale, digits)
 
 
-def loss_table(pooled: list[dict[str, Any]]) -> str:
+def loss_table(pooled: list[dict[str, Any]], work: str = "client tokens") -> str:
     rows = [
-        "Serving lost per window at the client, in seconds of the rate far from windows (mean [95 % "
-        f"interval] over windows), against the agent's charge; the profile: client tokens per {BIN_S:g} s "
+        "Serving lost per window, in seconds of the rate far from windows (mean [95 % "
+        f"interval] over windows), against the agent's charge; the profile: {work} per {BIN_S:g} s "
         "from 2 s before each window's start to 8 s after (one mark per 0.5 s, full = the far rate).",
         "",
         "| arm | windows | before s | inside s | after s | total s | agent's charge s (per round) | "

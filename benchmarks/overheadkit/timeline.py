@@ -25,8 +25,10 @@ from typing import Any
 Span = tuple[float, float]
 Event = tuple[float, float]
 
-BEFORE_S = 5.0
-AFTER_S = 10.0
+BEFORE_S = 2.0
+AFTER_S = 5.0
+"""The neighbourhood of a window: small enough that windows 10 s apart leave spans far from both
+(the reference rate), long enough for a stall's tail (the profiles show where it ends)."""
 BIN_S = 0.1
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 15: 2.13, 20: 2.09}
@@ -154,7 +156,15 @@ def arm_timeline(
     """One arm's figures: the far rate, each window's loss (before, inside, after), the mean
     profile around the starts and the ends, and when the workers' trace files were last written
     (seconds after the start of the window they follow)."""
-    work = Work([chunk for r in requests for chunk in r.chunks])
+    return _figures(Work([chunk for r in requests for chunk in r.chunks]), windows, t0, t1, writes)
+
+
+def step_timeline(steps: Sequence[Span], windows: Sequence[Span], t0: float, t1: float) -> dict[str, Any]:
+    """The same for a loop's steps, (start, seconds) each: one unit of work at each step's end."""
+    return _figures(Work([(start + seconds, 1.0) for start, seconds in steps]), windows, t0, t1, [])
+
+
+def _figures(work: Work, windows: Sequence[Span], t0: float, t1: float, writes: Sequence[float]) -> dict[str, Any]:
     rate = far_rate(work, windows, t0, t1)
     if not rate:
         return {}
