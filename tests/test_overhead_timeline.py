@@ -63,6 +63,6 @@ def test_tokens_that_never_come_are_lost_seconds_of_the_far_rate() -> None:
 
 def test_windows_too_near_the_arms_edges_are_left_out() -> None:
     work = Work([(t / RATE, 1.0) for t in range(int(60 * RATE))])
-    assert window_losses(work, [(2.0, 3.0), (30.0, 31.0), (55.0, 56.0)], RATE, 0.0, 60.0) == [
+    assert window_losses(work, [(1.0, 2.0), (30.0, 31.0), (56.0, 57.0)], RATE, 0.0, 60.0) == [
         window_losses(work, [(30.0, 31.0)], RATE, 0.0, 60.0)[0]
     ]
