@@ -70,3 +70,15 @@ def test_no_figure_without_markers_or_from_what_is_not_a_plain_file(tmp_path: Pa
     # the recording ended after the file was written (a clock off): no figure
     os.utime(real, (CASES[0][1] - 10.0,) * 2)
     assert finish_seconds(real) is None
+
+
+def test_the_work_is_the_finish_less_one_tick_of_kinetos_loop(tmp_path: Path) -> None:
+    from warpwatch.capture.daemon.finish import work_seconds
+
+    rel, ended = CASES[0]
+    path = unpacked(tmp_path, rel)
+    os.utime(path, (ended + 1.35, ended + 1.35))  # stopped at one wake, written 0.35 s into the next
+    assert work_seconds(path) == pytest.approx(0.35, abs=1e-3)
+    os.utime(path, (ended + 0.998, ended + 0.998))  # written at the next wake with nothing to do
+    assert work_seconds(path) == 0.0
+    assert work_seconds(tmp_path / "missing.json") is None

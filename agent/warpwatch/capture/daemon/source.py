@@ -20,7 +20,7 @@ from .. import CapturedWindow, Source
 from . import window as daemon_window
 from .clients import MAX_CLIENTS, ClientRegistry, DaemonClient
 from .files import TraceFiles
-from .finish import finish_seconds
+from .finish import work_seconds
 from .serve import Responder
 from .sockets import DaemonSocket
 from .window import Served, Window, closed_result, served_result
@@ -222,9 +222,9 @@ class KinetoDaemonSource(Source):
         return out
 
     def take_cost_seconds(self) -> list[float]:
-        """Per client trace since the last call: what finishing it cost the traced process, from
-        its recording's end to its file's last write (`finish`); its stop where the file does not
-        say (the stop bounds it: the poll wait before it costs the process nothing)."""
+        """Per client trace since the last call: what finishing it cost the traced process, the
+        work from its recording's end to its file's last write (`finish.work_seconds`); its stop
+        where the file does not say."""
         with self._lock:
             out, self._finish_seconds = self._finish_seconds, []
         return out
@@ -335,7 +335,7 @@ class KinetoDaemonSource(Source):
                 self._exit_watch[item.key] = now
         else:
             stop = max(0.0, time.time() - item.requested[1] / 1e6)
-            finish = finish_seconds(result.path)
+            work = work_seconds(result.path)
             with self._lock:
                 self._stop_seconds.append(stop)
-                self._finish_seconds.append(stop if finish is None else min(finish, stop))
+                self._finish_seconds.append(stop if work is None else min(work, stop))
