@@ -15,10 +15,10 @@ SKIP_REASONS = ("unsafe_request", "profile_in_use", "previous_flush_pending", "s
 """Why a server source (vllm, sglang) opened no window: the server's version cannot be profiled
 without risk; someone else's profile runs; the last window's traces are still being written or its
 stop is unanswered; a step-bounded profile still waits for requests."""
-FILE_KINDS = ("worker", "late", "cpu_only", "abandoned")
+FILE_KINDS = ("worker", "late", "cpu_only", "abandoned", "leftover")
 """Trace files a server source found, by kind: handed over in their window; handed over after their
 window timed out; a CPU-only trace of the server's front end (deleted unread); never completed,
-given up."""
+given up; an earlier run's session, written after that agent exited (claimed: deleted unread)."""
 
 
 @dataclass(frozen=True)

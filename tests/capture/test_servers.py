@@ -57,8 +57,10 @@ def test_vllm_two_ranks(trace_dir: Path, standins: list[StandIn]) -> None:
     t1 = time.time()
 
     assert server.paths() == ["/start_profile", "/stop_profile"]
-    # The start bounds the workers' profile in engine steps (vLLM 0.32's max_iterations); the stop has no body.
-    assert [json.loads(r.body) if r.body else None for r in server.requests] == [{"max_iterations": 16}, None]
+    # The start bounds the workers' profile in engine steps (vLLM 0.32's max_iterations) and names the
+    # session's files (profile_prefix: this run's, `leftovers`); the stop has no body.
+    start = {"max_iterations": 16, "profile_prefix": src.prefix}
+    assert [json.loads(r.body) if r.body else None for r in server.requests] == [start, None]
     assert "Authorization" not in server.requests[0].headers
     assert [w.labels for w in windows] == [{"rank": "0"}, {"rank": "1"}]
     _check_files(windows, server)

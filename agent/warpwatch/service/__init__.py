@@ -30,5 +30,6 @@ adaptive windows, `signals` stops it cleanly.
   round is overdue and afterwards while rounds keep finishing on time; 503 with the reason
   otherwise, and while shutting down).
 - shutdown: the round in progress gets `window + 5 s` (`shutdown_grace_s`) to finish, then its sources are closed
-  (abandoning it); the HTTP server stops; exit status 0.
+  (abandoning it), each given what is left of that time for what it still has in flight
+  (`Source.finish`); the HTTP server stops; exit status 0.
 """

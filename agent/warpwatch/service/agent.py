@@ -164,12 +164,16 @@ class Service:
             scheduler.stop()
 
     def _stop_all(self, abandoned: bool = False, wait: float = 0.0, drain_s: float = 0.0) -> None:
+        deadline = time.monotonic() + drain_s
         self._stop_scheduler()
         if self.evidence is not None:  # before the sources close: it gives their traces back
             self.evidence.close(drain_s)
         for src in self.sources:
             try:
-                src.close()
+                try:
+                    src.finish(max(0.0, deadline - time.monotonic()))  # the grace left: what is in flight
+                finally:
+                    src.close()
             except Exception as exc:
                 event(log, "source_close_failed", logging.WARNING, source=src.name, error=str(exc))
         if abandoned:

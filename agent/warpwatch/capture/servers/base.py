@@ -19,6 +19,11 @@ flush (minutes with stacks on), so a start sent then would open a session after 
 window accounts for. A start that may have reached the server without an answer is ended at once
 (a stop, awaited the same way) and its files, if any, are the late session's.
 
+At shutdown `finish` gives what is still in flight (an unanswered stop, the late session's files)
+what is left of the service's grace, and deletes the files that complete as processed ones are.
+Where the server names sessions (vLLM 0.32's `profile_prefix`), the files an earlier run could
+not wait for are claimed at start and at each round (`leftovers`).
+
 Expected failures never raise: `capture()` returns `CapturedWindow(path=None,
 outcome="failed" | "timed_out", error=...)`. After a failure to start or stop (profiling
 disabled, refused token, server unreachable or gone) the source backs off exponentially
@@ -48,6 +53,7 @@ from .backoff import Backoff
 from .client import Reply, RequestFailed, ServerClient, reply_error
 from .dialect import Dialect
 from .files import SessionFiles
+from .leftovers import new_run_prefix
 from .options import DEFAULT_TOKEN_ENV, ServerOptions
 from .servedlatency import BASELINE_S, ServedLatency
 from .session import Session
@@ -82,7 +88,10 @@ class ProfilingServerSource(Source):
         )
         self._clock = options.clock
         self._backoff = Backoff(options)
-        self._files = SessionFiles(options, dialect, self._closed)
+        self.prefix = new_run_prefix() if dialect.names_sessions else None
+        """This run's session prefix (`leftovers`): None where the server does not name sessions."""
+        self._files = SessionFiles(options, dialect, self._closed, self.prefix)
+        self._capturing = threading.Lock()
         self._stops = StopTracker(options, self._client, dialect, self._backoff, self._files)
         self._served = ServedLatency(
             dialect.inter_token_histograms,
@@ -102,6 +111,34 @@ class ProfilingServerSource(Source):
                 self.name,
                 self.trace_dir,
             )
+        self._claim_leftovers()
+
+    def finish(self, timeout_s: float) -> None:
+        """At shutdown, before `close`: up to `timeout_s` for what is in flight (a stop unanswered,
+        a late session's files), whose files are then deleted as processed ones are (unread: the
+        agent is stopping); one line says what was done and what is left to the next run."""
+        if not self._capturing.acquire(timeout=max(0.0, timeout_s)):
+            log.warning("%s: at exit: a window still in progress; %s", self.name, self._left_to())
+            return
+        try:
+            handed, left = self._stops.drain(self._clock.now() + max(0.0, timeout_s), self._closed)
+        finally:
+            self._capturing.release()
+        kept = "deleted" if self.options.delete_processed else "left in place"
+        done = f"{handed} trace file(s) of ended sessions handed over unread ({kept})"
+        if left:
+            log.warning("%s: at exit: %s; a session still being written; %s", self.name, done, self._left_to())
+        else:
+            log.info("%s: at exit: %s; nothing left in flight", self.name, done)
+
+    def _left_to(self) -> str:
+        if self.prefix is None:
+            return "its files will stay in the folder"
+        return f"its files ({self.prefix}_*) are claimed by the agent's next start"
+
+    def _claim_leftovers(self) -> None:
+        if self._files.leftovers is not None:
+            self._files.leftovers.claim()
 
     def close(self) -> None:
         self._closed.set()
@@ -146,7 +183,9 @@ class ProfilingServerSource(Source):
         return float((self.dialect.requests_before_start + 1) * one + o.request_timeout_s + reads + BASELINE_S)
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
-        out = self._capture(window_s, timeout_s)
+        with self._capturing:
+            self._claim_leftovers()
+            out = self._capture(window_s, timeout_s)
         self.inspect_windows(out)
         return out
 
@@ -241,7 +280,7 @@ class ProfilingServerSource(Source):
         step_bounded = self.dialect.step_bounded()
         try:
             reply = self._client.request(
-                "POST", "/start_profile", self.dialect.start_body(), self.options.request_timeout_s
+                "POST", "/start_profile", self.dialect.start_body(self.prefix), self.options.request_timeout_s
             )
         except RequestFailed as exc:
             if exc.delivered and not step_bounded:

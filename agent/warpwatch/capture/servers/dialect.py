@@ -33,14 +33,18 @@ class Dialect(abc.ABC):
     """The server's counter of generated tokens, by its exposed sample names newest first (`servedlatency`)."""
     requests_before_start: ClassVar[int]
     """Requests `before_start` may send (each with its retries); they bound the capture's overhead."""
+    names_sessions: ClassVar[bool]
+    """Whether the start names the session's files (`start_body`'s prefix): an earlier run's
+    files are then told apart and claimed (`leftovers`)."""
 
     @abc.abstractmethod
     def before_start(self, client: ServerClient, options: ServerOptions, backoff: Backoff) -> CapturedWindow | None:
         """A refusal (a failed window from `backoff`) when starting now is not safe, else None."""
 
     @abc.abstractmethod
-    def start_body(self) -> bytes | None:
-        """The body of `POST /start_profile` (None: no body)."""
+    def start_body(self, prefix: str | None) -> bytes | None:
+        """The body of `POST /start_profile` (None: no body); `prefix` names the session's files
+        where the server takes a name (`names_sessions`)."""
 
     @abc.abstractmethod
     def refusal_reason(self, reply: Reply) -> str | None:

@@ -14,6 +14,7 @@ from .. import CapturedWindow
 from ..files import TEMP_SUFFIXES
 from ..folders import list_traces
 from .dialect import Dialect
+from .leftovers import Leftovers
 from .options import ServerOptions
 from .session import Session
 
@@ -23,9 +24,12 @@ log = logging.getLogger("warpwatch.capture.servers")
 class SessionFiles:
     """The trace folder as a source sees it: the sessions' files handed over as windows, the late
     session (a window that gave up), the last finished one, and the files counted by kind
-    (`sourcestats.FILE_KINDS`)."""
+    (`sourcestats.FILE_KINDS`). `prefix`: this run's session prefix where the server names its
+    sessions (`leftovers`), else None."""
 
-    def __init__(self, options: ServerOptions, dialect: Dialect, closed: threading.Event) -> None:
+    def __init__(
+        self, options: ServerOptions, dialect: Dialect, closed: threading.Event, prefix: str | None = None
+    ) -> None:
         self.name = options.label
         self.trace_dir = options.trace_dir
         self.delete_processed = options.delete_processed
@@ -41,12 +45,33 @@ class SessionFiles:
         """The last session that finished: one more look for files that showed late."""
         self.counts: Counter[str] = Counter()
         """Trace files by kind (`sourcestats.FILE_KINDS`)."""
+        self.leftovers: Leftovers | None = None
+        """An earlier run's files, claimed (None: the server does not name sessions)."""
+        if prefix is not None:
+            self.leftovers = Leftovers(
+                self.name,
+                self.trace_dir,
+                prefix,
+                dialect.is_trace_name,
+                delete=self.delete_processed,
+                late_timeout_s=self.late_timeout_s,
+                clock=self._clock,
+                counts=self.counts,
+            )
 
     def listing(self) -> dict[str, Path]:
-        """The trace files in the folder that `confine` allows, by name (`folders.list_traces`)."""
+        """The trace files in the folder that `confine` allows, by name (`folders.list_traces`),
+        but an earlier run's (`leftovers`)."""
         try:
-            is_trace = self._dialect.is_trace_name
-            listing = list_traces(self.trace_dir, lambda n: is_trace(n) and not n.endswith(TEMP_SUFFIXES))
+            is_trace, leftovers = self._dialect.is_trace_name, self.leftovers
+            listing = list_traces(
+                self.trace_dir,
+                lambda n: (
+                    is_trace(n)
+                    and not n.endswith(TEMP_SUFFIXES)
+                    and not (leftovers is not None and leftovers.is_earlier(n))
+                ),
+            )
         except OSError:
             return {}
         return listing.allowed()

@@ -95,6 +95,7 @@ class SglangDialect(Dialect):
     first_token_histograms = ("sglang:time_to_first_token_seconds",)
     generated_counters = ("sglang:generation_tokens_total",)
     requests_before_start = 2  # GET /get_server_info, then /server_info where that is gone
+    names_sessions = False  # its profile_id names a session, but not as a prefix of our choosing
 
     def __init__(
         self,
@@ -207,7 +208,7 @@ class SglangDialect(Dialect):
             )
         return None
 
-    def start_body(self) -> bytes | None:
+    def start_body(self, prefix: str | None) -> bytes | None:
         if self.version is not None and self.version < _CHECKED_START:
             return None  # these routes take no body; the traces go to SGLANG_TORCH_PROFILER_DIR
         body: dict[str, object] = {

@@ -12,6 +12,7 @@ session's wait (`session.Session.ended_at`).
 from __future__ import annotations
 
 import logging
+import threading
 
 from .. import CapturedWindow
 from .backoff import Backoff
@@ -33,6 +34,7 @@ class StopTracker:
         self.name = options.label
         self.request_timeout_s = options.request_timeout_s
         self.late_timeout_s = options.late_timeout_s
+        self.poll_interval_s = options.poll_interval_s
         self._client = client
         self._dialect = dialect
         self._backoff = backoff
@@ -137,6 +139,33 @@ class StopTracker:
             ]
         failed = self._ended(call)
         return None if failed is None else [failed]
+
+    def drain(self, deadline: float, closed: threading.Event) -> tuple[int, bool]:
+        """At shutdown: ends a session of ours that may still run, then hands over the late
+        session's files as they complete, each released at once as processed, until nothing is in
+        flight or `deadline`. Returns (files handed over, whether something is still in flight)."""
+        if self.maybe_active and self._call is None:
+            self.in_background(deadline)
+        handed = 0
+        while True:
+            for w in self._files.sweep_late():
+                handed += w.path is not None
+                w.done(True)
+            left = self._awaiting() or self._files.late is not None
+            if not left or self._clock.now() >= deadline or self._clock.sleep(closed, self.poll_interval_s):
+                return handed, left
+
+    def _awaiting(self) -> bool:
+        """Whether a stop's answer is still awaited; an answer that came is taken (`_ended`)."""
+        call = self._call
+        if call is None:
+            return False
+        if not call.done():
+            return True
+        self._call = None
+        if call.reply is not None:
+            self._ended(call)
+        return False
 
     def take_seconds(self) -> list[float]:
         """The stops answered since the last call, each from its request to its answer."""

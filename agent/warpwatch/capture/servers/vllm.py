@@ -24,8 +24,11 @@ replays them):
   the window's end finds the workers done and answers at once. Without it a stop makes every
   worker write its whole window's trace and build a `key_averages()` table before serving again
   (measured: 18-24 s for 1 s of the CPU build, 66 s with stacks). The agent sends
-  `{"max_iterations": max_steps}` (`max_steps`, default `DEFAULT_MAX_STEPS`; 0 sends no body); a
-  version without the field ignores the body, and the window is the wall-clock one.
+  `{"max_iterations": max_steps}` (`max_steps`, default `DEFAULT_MAX_STEPS`; 0 leaves it out); a
+  version without the field ignores the body, and the window is the wall-clock one. The start
+  also names the session (`profile_prefix`: `warpwatch-{run}`, so files are
+  `warpwatch-{run}_{worker}.{time_ns}…`): an earlier run's files, written after it exited, are
+  claimed by the next (`leftovers`); the prefix is left out of the labels.
 - v0.32 (run for real in tests/capture/test_vllm_real.py, CPU build): a start while a profile runs answers
   409 (`AsyncLLM`'s session guard): someone else's profile, left alone (`profile_in_use`). Profiler
   requests wait one behind the other (`_profile_lock`): a start sent while a stop flushes begins
@@ -46,6 +49,7 @@ from .. import CapturedWindow
 from .backoff import Backoff
 from .client import Reply, ServerClient
 from .dialect import Dialect
+from .leftovers import strip_prefix
 from .options import ServerOptions
 from .profilerextras import recorded_extras
 from .session import Session
@@ -93,6 +97,7 @@ class VllmDialect(Dialect):
     first_token_histograms = ("vllm:time_to_first_token_seconds",)
     generated_counters = ("vllm:generation_tokens_total",)
     requests_before_start = 0
+    names_sessions = True
 
     def __init__(self, trace_dir: str | os.PathLike[str], max_steps: int = DEFAULT_MAX_STEPS) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 0 <= max_steps <= MAX_STEPS_LIMIT:
@@ -140,8 +145,11 @@ class VllmDialect(Dialect):
     def before_start(self, client: ServerClient, options: ServerOptions, backoff: Backoff) -> CapturedWindow | None:
         return None  # every version takes the start the agent sends
 
-    def start_body(self) -> bytes | None:
-        return json.dumps({"max_iterations": self.max_steps}).encode() if self.max_steps else None
+    def start_body(self, prefix: str | None) -> bytes | None:
+        body: dict[str, object] = {"max_iterations": self.max_steps} if self.max_steps else {}
+        if prefix is not None:
+            body["profile_prefix"] = prefix
+        return json.dumps(body).encode() if body else None
 
     def is_trace_name(self, name: str) -> bool:
         return name.endswith(_SUFFIXES)
@@ -162,7 +170,7 @@ class VllmDialect(Dialect):
         return None
 
     def labels_for(self, name: str) -> dict[str, str]:
-        worker = _worker(name)
+        worker = strip_prefix(_worker(name))
         if m := _V17_RANKS.search(worker):
             labels = {f"{k}_rank": v for k, v in m.groupdict().items() if k != "rank" and v is not None}
             if m.group("rank") is not None:

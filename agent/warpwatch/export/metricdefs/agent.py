@@ -71,7 +71,7 @@ SERVER_TRACE_FILES = MetricDef(
     "counter",
     "Trace files a vllm/sglang source found, by kind (worker: handed over in its window; late: handed over "
     "after its window timed out; cpu_only: the server front end's CPU trace, deleted unread; abandoned: "
-    "never completed, given up).",
+    "never completed, given up; leftover: an earlier run's session, written after that agent exited, deleted unread).",
     ("source", "kind"),
 )
 
