@@ -18,7 +18,7 @@ from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
 from ..overhead import OverheadLedger
 from .costs import note_costs
-from .evidence import Evidence
+from .keeping import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
 from .health import ClockWatch

@@ -24,7 +24,7 @@ from ..capture import Source
 from ..config import MAX_PERIOD_S, Config, describe
 from ..evidence.rule import KeepRule
 from ..evidence.store import EvidenceStore
-from ..export.evidence import EvidenceCollector
+from ..export.evidencemetrics import EvidenceCollector
 from ..export.nvml import Nvml
 from ..export.overhead import OverheadCollector
 from ..export.selfmetrics import AgentCollector
@@ -36,7 +36,7 @@ from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limit
 from ..serving.webconfig import WebConfig
 from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
-from .evidence import Evidence
+from .keeping import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
 from .health import Readiness
