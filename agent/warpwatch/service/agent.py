@@ -15,7 +15,7 @@ from ..logs import event
 from ..membudget import MemoryBudget
 from ..serving import HttpServer, Limits
 from .fanout import CAPTURE_GRACE_S
-from .health import READY_SLACK_S
+from .readiness import READY_SLACK_S
 from .signals import handle_signals
 from .startup import Loaded, announce, assemble, begin, http_server, load_sources
 from .ticker import Ticker

@@ -17,11 +17,11 @@ from ..logs import RepeatFilter, event, limited_event
 from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
 from ..overhead import OverheadLedger
+from .clockwatch import ClockWatch
 from .costs import note_costs
-from .keeping import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
-from .health import ClockWatch
+from .keeping import Evidence
 from .window import WindowReading, read_window, repeat_key
 from .windowplan import WindowPlanner
 

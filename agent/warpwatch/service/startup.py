@@ -36,10 +36,10 @@ from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limit
 from ..serving.webconfig import WebConfig
 from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
-from .keeping import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
-from .health import Readiness
+from .keeping import Evidence
+from .readiness import Readiness
 from .rounds import Rounds
 
 log = logging.getLogger("warpwatch.service")
