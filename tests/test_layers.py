@@ -31,7 +31,7 @@ def imports_of(stage: str) -> dict[str, set[str]]:
 ROOMS = ("capture", "trace", "analysis", "names", "export", "dashboards", "evidence", "serving", "service", "commands")
 """The rooms in their order (docs/development.md, "Rooms"): each imports only from itself, from rooms to
 its left and from the foundations."""
-FOUNDATIONS: tuple[str, ...] = ()
+FOUNDATIONS = ("config", "runtime")
 """The packages among the foundations (with the top-level modules): every room may import them, and
 they import no room."""
 

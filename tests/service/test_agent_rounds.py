@@ -19,7 +19,7 @@ from support.agent import (
 )
 from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.logs import FIELDS_ATTR
 from warpwatch.service import window as window_module

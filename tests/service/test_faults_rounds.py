@@ -35,7 +35,7 @@ from support.agent import (
 from support.patience import hang_guard, wait_for
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.replay import ReplaySource
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.logs import FIELDS_ATTR
 from warpwatch.service import window as window_module

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.service.readiness import Readiness
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..config.units import parse_size
 from ..errors import TraceError
-from ..units import parse_size
 
 FLAG = "--max-trace-bytes"
 

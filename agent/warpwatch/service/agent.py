@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..capture import Source
-from ..config import Config
+from ..config.table import Config
 from ..evidence.store import EvidenceStore
 from ..export.nvml import Nvml, NvmlReading
 from ..logs import event
-from ..membudget import MemoryBudget
+from ..runtime.membudget import MemoryBudget
 from ..serving import HttpServer, Limits
 from .fanout import CAPTURE_GRACE_S
 from .readiness import READY_SLACK_S

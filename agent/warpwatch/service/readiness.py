@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config import Config
+from ..config.table import Config
 
 READY_SLACK_S = 10.0
 """Beyond period + jitter + window + collect_timeout, how late a round may finish and /readyz stay 200."""

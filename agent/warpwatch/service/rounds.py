@@ -10,13 +10,13 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
 from ..capture import CapturedWindow, Source
-from ..config import MAX_DUTY, Config
+from ..config.table import MAX_DUTY, Config
 from ..export.builder import SnapshotBuilder, WindowResult
 from ..export.nvml import Nvml, NvmlReading, gpu_infos
 from ..logs import RepeatFilter, event, limited_event
-from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
 from ..overhead import OverheadLedger
+from ..runtime.membudget import MemoryBudget
 from .clockwatch import ClockWatch
 from .costs import note_costs
 from .exposition import Exposition

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from prometheus_client.registry import Collector
 
-from .. import __version__, native
+from .. import __version__
 from ..capture import Source
-from ..config import MAX_PERIOD_S, Config, describe
+from ..config.table import MAX_PERIOD_S, Config, describe
 from ..evidence.rule import KeepRule
 from ..evidence.store import EvidenceStore
 from ..export.evidencemetrics import EvidenceCollector
@@ -29,9 +29,10 @@ from ..export.nvml import Nvml
 from ..export.overhead import OverheadCollector
 from ..export.selfmetrics import AgentCollector
 from ..logs import RepeatFilter, event
-from ..membudget import MemoryBudget
 from ..model import DeviceProperties
 from ..overhead import OverheadLedger
+from ..runtime import native
+from ..runtime.membudget import MemoryBudget
 from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limits, raise_nofile
 from ..serving.webconfig import WebConfig
 from ..serving.webfile import load_web_config
