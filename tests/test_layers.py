@@ -44,6 +44,17 @@ def room_of(module: str) -> str | None:
     return parts[1]
 
 
+TOP_LEVEL = {"errors", "inprocess", "logs", "model", "overhead", "sourcestats"}
+"""The package's top-level modules (beside `__init__` and `__main__`): the foundations that fit no
+foundation package, and `inprocess`, the documented `warpwatch.inprocess` API. At most 8
+(docs/development.md, "Rooms"): a new module goes into a room or a foundation package."""
+
+
+def test_the_top_level_holds_only_the_listed_modules() -> None:
+    assert {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"} == TOP_LEVEL
+    assert len(TOP_LEVEL) <= 8
+
+
 def test_every_folder_of_the_package_is_a_room_or_a_foundation() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
     assert folders == {*ROOMS, *FOUNDATIONS}

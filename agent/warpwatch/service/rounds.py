@@ -1,5 +1,5 @@
 """What one round does (the package doc): a step of the wall clock counted, NVML sampled around
-every source's capture (`fanout`), each captured window read and analysed (`window`), the results
+every source's capture (`fanout`), each captured window read and analysed (`reading`), the results
 folded into the builder, the window adapted (`windowplan`), and the new snapshot published."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .costs import note_costs
 from .exposition import Exposition
 from .fanout import CaptureFanout
 from .keeping import Evidence
-from .window import WindowReading, read_window, repeat_key
+from .reading import WindowReading, read_window, repeat_key
 from .windowplan import WindowPlanner
 
 log = logging.getLogger("warpwatch.service")
