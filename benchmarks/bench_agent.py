@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from warpwatch.capture import CapturedWindow, Source  # noqa: E402
 from warpwatch.capture.replay import ReplaySource  # noqa: E402
-from warpwatch.config import Config  # noqa: E402
+from warpwatch.config.table import Config  # noqa: E402
 from warpwatch.export import metricdefs as md  # noqa: E402
 from warpwatch.export.builder import OTHER, HistogramState, Snapshot, SnapshotCollector  # noqa: E402
 from warpwatch.export.snapshot import Sample  # noqa: E402

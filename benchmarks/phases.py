@@ -18,8 +18,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "agent"))
 
 from warpwatch.analysis import window as analysis  # noqa: E402
-from warpwatch.gcpause import gc_paused  # noqa: E402
-from warpwatch.membudget import PIECE_BYTES  # noqa: E402
+from warpwatch.runtime.gcpause import gc_paused  # noqa: E402
+from warpwatch.runtime.membudget import PIECE_BYTES  # noqa: E402
 from warpwatch.trace import read_trace  # noqa: E402
 from warpwatch.trace.schema import PART_FAST, Interned, scan  # noqa: E402
 from warpwatch.trace.streams import FileStream  # noqa: E402

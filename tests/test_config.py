@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from warpwatch.config import (
+from warpwatch.config.load import load_config
+from warpwatch.config.table import (
     SETTINGS,
     Config,
     add_arguments,
@@ -16,9 +17,8 @@ from warpwatch.config import (
     default_jitter,
     settings_table_markdown,
 )
-from warpwatch.configload import load_config
+from warpwatch.config.units import parse_duration, parse_size
 from warpwatch.errors import ConfigError
-from warpwatch.units import parse_duration, parse_size
 
 BASE = {"WARPWATCH_SOURCE": "dir:/traces"}
 """Every valid config needs a source; tests that are not about sources take it from here."""

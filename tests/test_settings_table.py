@@ -18,11 +18,11 @@ import pytest
 from warpwatch.capture.daemon import KinetoDaemonSource
 from warpwatch.capture.inprocess import attach
 from warpwatch.capture.registry import sglang_source, vllm_source
-from warpwatch.config import SETTINGS, Config, Setting, add_arguments, default_jitter
-from warpwatch.configload import load_config, validate
+from warpwatch.config.load import load_config, validate
+from warpwatch.config.table import SETTINGS, Config, Setting, add_arguments, default_jitter
+from warpwatch.config.units import Check, Count, FilePath, Seconds, Share, Text, check_count, check_seconds
 from warpwatch.errors import ConfigError
 from warpwatch.export.seriesbound import GpuBound
-from warpwatch.units import Check, Count, FilePath, Seconds, Share, Text, check_count, check_seconds
 
 BASE = {"WARPWATCH_SOURCE": "dir:/traces"}
 

@@ -18,7 +18,7 @@ import pytest
 from support.paths import HTA
 from support.tracebuild import MI300X, span, trace_doc, write
 from warpwatch.analysis.window import analyze, launch_metrics
-from warpwatch.membudget import ReadLimits
+from warpwatch.runtime.membudget import ReadLimits
 from warpwatch.trace import read_trace
 
 MI250 = HTA / "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from support.paths import SHARED_TRACES
-from warpwatch import native as native_modules
 from warpwatch.analysis import window as analysis
 from warpwatch.analysis import windowmath
 from warpwatch.errors import TraceError
 from warpwatch.model import KernelLaunch, Trace, TraceWindow
+from warpwatch.runtime import native as native_modules
 from warpwatch.trace import parse_trace
 
 native: Any = pytest.importorskip("warpwatch.analysis._windowmath", reason="never skipped in CI: see the first test")

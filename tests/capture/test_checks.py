@@ -14,8 +14,8 @@ from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.folders import check_start_folder, list_traces
 from warpwatch.capture.inprocess import attach
 from warpwatch.capture.registry import sglang_source, vllm_source
+from warpwatch.config.units import check_seconds
 from warpwatch.errors import CaptureError, ConfigError
-from warpwatch.units import check_seconds
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0.0, -1.0])

@@ -35,7 +35,7 @@ from warpwatch.capture.confine import Checked, RefusedFile, check, open_confined
 from warpwatch.capture.daemon import HEADER, KinetoDaemonSource, encode_message
 from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.replay import ReplaySource
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.service.agent import Service
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another uid)")

@@ -30,7 +30,7 @@ from support.paths import corpus_bytes
 from warpwatch.capture import files
 from warpwatch.capture.confine import ConfinedFile
 from warpwatch.capture.dirsource import DirSource, is_trace_name
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.logs import JsonFormatter, TextFormatter
 from warpwatch.service.agent import Service

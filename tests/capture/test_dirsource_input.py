@@ -20,7 +20,7 @@ from support.patience import hang_guard
 from warpwatch.capture import files
 from warpwatch.capture.confine import ConfinedFile
 from warpwatch.capture.dirsource import DirSource
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
 

@@ -19,7 +19,7 @@ from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.registry import build_source
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.capture.servers import ProfilingServerSource, SglangDialect, VllmDialect
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.errors import ConfigError
 from warpwatch.export.nvml import Nvml
 

@@ -224,7 +224,7 @@ def front_end_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_vllm_front_end_cpu_trace_is_not_a_window(
     trace_dir: Path, launch: Launch, front_end_trace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from warpwatch.config import Config
+    from warpwatch.config.table import Config
     from warpwatch.export import metricdefs as md
     from warpwatch.service.agent import Service
 

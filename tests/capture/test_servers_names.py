@@ -19,7 +19,7 @@ from warpwatch.capture.registry import build_source, sglang_source, vllm_source
 from warpwatch.capture.servers import Dialect, ProfilingServerSource, VllmDialect
 from warpwatch.capture.servers.sglang import DEFAULT_NUM_STEPS, SglangDialect, parse_version
 from warpwatch.capture.servers.vllm import DEFAULT_MAX_STEPS
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.errors import ConfigError
 
 FAST: dict[str, Any] = {

@@ -24,7 +24,7 @@ from warpwatch.capture import CapturedWindow
 from warpwatch.capture.daemon import KinetoDaemonSource
 from warpwatch.capture.registry import build_source, vllm_source
 from warpwatch.capture.servers import ProfilingServerSource, VllmDialect
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
 

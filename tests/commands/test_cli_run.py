@@ -14,7 +14,7 @@ import pytest
 from support.paths import ROOT
 from warpwatch.commands import run as run_module
 from warpwatch.commands.cli import main
-from warpwatch.config import SETTINGS
+from warpwatch.config.table import SETTINGS
 
 SAMPLE = ROOT / "agent" / "warpwatch" / "samples" / "a100_alexnet.json.gz"
 

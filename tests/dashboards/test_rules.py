@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from support.patience import hang_guard
-from warpwatch import config, overhead
+from warpwatch import overhead
+from warpwatch.config import table as config
 from warpwatch.dashboards import build, ruletests
 from warpwatch.dashboards.alerts import alerts
 from warpwatch.dashboards.queries import recording_rules

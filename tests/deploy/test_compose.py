@@ -29,7 +29,7 @@ from support.deploykit import (
 )
 from support.patience import hang_guard
 from warpwatch import __version__
-from warpwatch.configload import load_config
+from warpwatch.config.load import load_config
 from warpwatch.dashboards import deploysync
 
 # the compose stack

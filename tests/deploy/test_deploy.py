@@ -31,8 +31,8 @@ from support.deploykit import (
 )
 from warpwatch import __version__
 from warpwatch.commands.cli import build_parser
-from warpwatch.config import SETTINGS_BY_NAME
-from warpwatch.configload import load_config
+from warpwatch.config.load import load_config
+from warpwatch.config.table import SETTINGS_BY_NAME
 
 # ---------------------------------------------------------------------------------------------
 # a small Dockerfile reader: continuation lines joined, comments dropped, grouped by stage

@@ -44,7 +44,7 @@ from support.helm import (
 )
 from warpwatch import __version__
 from warpwatch.capture.registry import PREFIXES
-from warpwatch.config import SETTINGS, SETTINGS_BY_NAME
+from warpwatch.config.table import SETTINGS, SETTINGS_BY_NAME
 
 """`helm template` on a cluster with the Prometheus Operator (helm install asks the cluster)."""
 

@@ -74,7 +74,7 @@ def test_the_readme_values_table_is_generated_from_values_yaml_and_current() -> 
 
 def test_the_agent_defaults_quoted_in_values_yaml_are_the_agents() -> None:
     """`[60s]` after a warpwatch.config description is the agent's default, as `warpwatch run --help` says."""
-    from warpwatch.config import settings_table_markdown
+    from warpwatch.config.table import settings_table_markdown
 
     agent = {}
     for line in settings_table_markdown().splitlines()[2:]:

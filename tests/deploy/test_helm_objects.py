@@ -35,8 +35,8 @@ from support.helm import (
     values_of,
 )
 from warpwatch import __version__
-from warpwatch.config import SETTINGS, SETTINGS_BY_NAME
-from warpwatch.configload import load_config
+from warpwatch.config.load import load_config
+from warpwatch.config.table import SETTINGS, SETTINGS_BY_NAME
 from warpwatch.dashboards import deploysync
 
 pytestmark = needs_helm

@@ -19,7 +19,7 @@ import pytest
 
 from support.docblocks import PAGES
 from support.paths import ROOT
-from warpwatch.config import SETTINGS_BY_NAME
+from warpwatch.config.table import SETTINGS_BY_NAME
 
 PROFILER_CONFIG = ROOT / "docs" / "snippets" / "vllm-profiler-config.json"
 MARK = re.compile(r"^\s*<!--\s*snippet:\s*(\S+)(?:\s.*)?-->\s*$")

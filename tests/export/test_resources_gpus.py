@@ -20,7 +20,7 @@ from support.exportkit import device, kernel, ok, window
 from support.tracebuild import H100, span, trace_doc, write
 from support.tracebuild import kernel as trace_kernel
 from warpwatch.analysis.window import analyze
-from warpwatch.configload import load_config
+from warpwatch.config.load import load_config
 from warpwatch.errors import ConfigError
 from warpwatch.export import metricdefs as md
 from warpwatch.export.builder import SnapshotBuilder, SnapshotCollector, WindowResult

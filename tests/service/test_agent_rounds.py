@@ -19,10 +19,10 @@ from support.agent import (
 )
 from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.logs import FIELDS_ATTR
-from warpwatch.service import window as window_module
+from warpwatch.service import reading as reading_module
 from warpwatch.service.agent import Service
 from warpwatch.service.fanout import CaptureFanout
 
@@ -57,7 +57,7 @@ def test_an_unexpected_error_in_analysis_is_one_line_and_a_failed_window(
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(window_module, "analyze", boom)
+    monkeypatch.setattr(reading_module, "analyze", boom)
     src = StubSource()
     done: list[bool] = []
     src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET, on_done=done.append)])

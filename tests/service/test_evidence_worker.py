@@ -18,7 +18,7 @@ from support.gate import WAIT_S, Gate
 from support.tracebuild import kernel, span, trace_doc, write
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.dirsource import DirSource
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.evidence.store import TRACE_SUFFIX, EvidenceStore
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service

@@ -38,7 +38,7 @@ from support.agent import (
 )
 from support.daemonpeer import Peer, needs_torch
 from support.patience import hang_guard
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.service.agent import Service
 

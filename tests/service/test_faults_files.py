@@ -38,7 +38,7 @@ from support.patience import hang_guard
 from support.tracebuild import kernel, span, trace_doc
 from warpwatch.capture import CapturedWindow
 from warpwatch.export import metricdefs as md
-from warpwatch.service import window as window_module
+from warpwatch.service import reading as reading_module
 from warpwatch.service.agent import Service
 
 
@@ -206,7 +206,7 @@ def test_a_read_error_is_counted_and_the_last_snapshot_stays(monkeypatch: pytest
     def eio(*args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(window_module, "read_trace", eio)
+    monkeypatch.setattr(reading_module, "read_trace", eio)
     src.queue.append([CapturedWindow(source="stub:1", path=ALEXNET)])
     svc.run_round()
     assert exposed(svc, ERRORS, {"stage": "read", "reason": "io_error"}) == 1

@@ -35,10 +35,10 @@ from support.agent import (
 from support.patience import hang_guard, wait_for
 from warpwatch.capture import CapturedWindow
 from warpwatch.capture.replay import ReplaySource
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.logs import FIELDS_ATTR
-from warpwatch.service import window as window_module
+from warpwatch.service import reading as reading_module
 from warpwatch.service.agent import Service
 
 
@@ -136,14 +136,14 @@ def test_sigterm_during_analysis_abandons_the_round_after_the_window_plus_grace_
     so the signal always lands inside it, however fast or loaded the machine."""
     assert threading.current_thread() is threading.main_thread()  # else `run` installs no handler
     entered, release, stop, gave_up = threading.Event(), threading.Event(), threading.Event(), threading.Event()
-    analyze = window_module.analyze
+    analyze = reading_module.analyze
 
     def held(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         release.wait(hang_guard())
         return analyze(*args, **kwargs)
 
-    monkeypatch.setattr(window_module, "analyze", held)
+    monkeypatch.setattr(reading_module, "analyze", held)
     cfg = Config(source=("replay:x",), address="127.0.0.1", port=0, period=60.0, window=0.05, jitter=0.0)
     svc = Service(cfg, sources=[ReplaySource(big_trace)], shutdown_grace_s=0.2)
 

@@ -20,7 +20,7 @@ from support.agent import ROOT, Agent, run_cli
 from support.agent import agent_env as _env
 from support.patience import hang_guard
 from warpwatch.capture import CapturedWindow, Source
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.service import signals as signals_module
 from warpwatch.service.agent import Service
 from warpwatch.service.ticker import Ticker

@@ -9,7 +9,7 @@ import pytest
 
 from support.agent import parse, sample
 from warpwatch.capture import CapturedWindow, Source
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.overhead import LatencySplit
 from warpwatch.service.agent import Service
 

@@ -13,7 +13,7 @@ from warpwatch.capture.daemon import KinetoDaemonSource
 from warpwatch.capture.dirsource import DirSource
 from warpwatch.capture.replay import ReplaySource
 from warpwatch.capture.servers import ProfilingServerSource
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.service.agent import Service
 from warpwatch.service.windowplan import WindowPlanner
 

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from warpwatch.capture import CapturedWindow, Source
-from warpwatch.config import Config
+from warpwatch.config.table import Config
 from warpwatch.export import metricdefs as md
 from warpwatch.names.labels import KernelNamer
 from warpwatch.service.agent import Service

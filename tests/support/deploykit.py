@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from warpwatch.config import SETTINGS, SETTINGS_BY_NAME
+from warpwatch.config.table import SETTINGS, SETTINGS_BY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,10 +27,10 @@ from typing import Any
 import msgspec
 
 from support.paths import SHARED_TRACES
-from warpwatch import native
+from warpwatch.runtime import native
 from warpwatch.errors import TraceError
-from warpwatch.membudget import ReadLimits
 from warpwatch.model import KernelLaunch
+from warpwatch.runtime.membudget import ReadLimits
 from warpwatch.trace import parallel, parse_trace, pieces, skim, streams
 from warpwatch.trace.schema import PART, PART_FAST, Interned, scan
 

@@ -23,8 +23,8 @@ from support.paths import SHARED_TRACES, corpus_bytes
 from support.trace_oracle import check_piece as check
 from support.trace_oracle import compiled, fields, python_skim
 from support.trace_oracle import strict_piece as strict
-from warpwatch.membudget import ReadLimits
 from warpwatch.model import KernelLaunch
+from warpwatch.runtime.membudget import ReadLimits
 from warpwatch.trace import parse_trace, skim
 from warpwatch.trace.schema import Interned
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from support.paths import HTA
-from warpwatch import native
+from warpwatch.runtime import native
 from warpwatch.trace import skim, structure
 
 SOURCE = HTA / "timeline_analysis" / "sampled_rank-0.json.gz"

@@ -27,7 +27,7 @@ _READ = r"""
 import gzip, json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
 from warpwatch.errors import TraceError
-from warpwatch.membudget import ReadLimits
+from warpwatch.runtime.membudget import ReadLimits
 from warpwatch.trace import parse_trace
 data = gzip.decompress(open(sys.argv[2], "rb").read())
 if sys.argv[4] == "compact":

@@ -27,8 +27,8 @@ from support.layouts import event_per_line, is_one_line, one_line
 from support.paths import SHARED_TRACES
 from warpwatch.analysis.window import analyze
 from warpwatch.commands.analyze import analysis_to_dict
-from warpwatch.membudget import ReadLimits, may_fork
 from warpwatch.model import Trace
+from warpwatch.runtime.membudget import ReadLimits, may_fork
 from warpwatch.trace import parallel, pieces, read_trace, skim
 
 DLRM = SHARED_TRACES / "facebookresearch__param/et_replay/tests/inputs/dlrm_kineto.tar.gz"

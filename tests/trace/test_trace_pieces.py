@@ -16,8 +16,8 @@ import pytest
 from support.paths import HTA
 from support.tracebuild import H100, kernel, span, trace_doc
 from warpwatch.errors import TraceError
-from warpwatch.membudget import ReadLimits
 from warpwatch.model import Trace
+from warpwatch.runtime.membudget import ReadLimits
 from warpwatch.trace import parallel, parse_trace, pieces, read_trace, skim, streams
 
 PIECE = 4_000

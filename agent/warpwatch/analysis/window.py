@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ..gcpause import gc_paused
 from ..model import (
     DeviceProperties,
     KernelLaunch,
@@ -24,6 +23,7 @@ from ..model import (
     TraceWindow,
     WindowAnalysis,
 )
+from ..runtime.gcpause import gc_paused
 from ..trace.devices import one_model_devices
 from .occupancy import max_active_blocks
 from .windowbounds import device_bounds, stream_edges

@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from operator import attrgetter, itemgetter
 
-from .. import native
 from ..model import KernelLaunch, TraceWindow
+from ..runtime import native
 
 _native = native.load("warpwatch.analysis._windowmath")
 NATIVE = _native is not None

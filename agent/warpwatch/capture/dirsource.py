@@ -51,8 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.units import check_seconds
 from ..logs import RepeatFilter, event, limited_event
-from ..units import check_seconds
 from . import CapturedWindow, Source
 from .confine import RefusedFile, check
 from .files import TEMP_SUFFIXES, TRACE_SUFFIXES, is_complete_json_file, is_finished

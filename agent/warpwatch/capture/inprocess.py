@@ -42,8 +42,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..config.units import check_count, check_seconds
 from ..errors import ConfigError
-from ..units import check_count, check_seconds
 
 log = logging.getLogger(__name__)
 

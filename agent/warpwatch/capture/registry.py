@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import Config
+from ..config.table import Config
 from ..errors import ConfigError
 from . import Source
 

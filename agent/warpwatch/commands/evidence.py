@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.kerneldiff import diff_traces
-from ..config import DEFAULTS
+from ..config.table import DEFAULTS
+from ..config.units import parse_duration
 from ..errors import ConfigError, WarpwatchError
 from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
-from ..units import parse_duration
 from .diff import add_output_flags, read_side, write_diff
 from .evidence_diff import heading, is_url, kept_in_folder, parse_since, pick_pair, summary
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..config.units import parse_duration
 from ..errors import WarpwatchError
 from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
-from ..units import parse_duration
 
 DAY_S = 86400.0
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..config import add_arguments
-from ..configload import load_settings
+from ..config.load import load_settings
+from ..config.table import add_arguments
 from ..logs import configure
 from ..service.agent import Service
 from .runcheck import build_sources, check

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..capture import Source
 from ..capture.folders import check_start_folder
-from ..config import Config
-from ..configload import Origin
+from ..config.load import Origin
+from ..config.table import Config
 from ..errors import CaptureError, ConfigError, TraceError
 
 

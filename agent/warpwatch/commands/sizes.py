@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..config.units import parse_size
 from ..errors import TraceError
 from ..trace import DEFAULT_MAX_BYTES
-from ..units import parse_size
 
 FLAG = "--max-trace-bytes"
 

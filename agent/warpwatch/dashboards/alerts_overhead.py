@@ -12,7 +12,7 @@ The rule reads the tier-1 record `queries.OVERHEAD_BUDGET_USED` (cost / budget o
 
 from __future__ import annotations
 
-from ..config import MAX_PERIOD_S
+from ..config.table import MAX_PERIOD_S
 from ..export import metricdefs as md
 from . import queries as q
 from .runbook import AlertDef, Runbook

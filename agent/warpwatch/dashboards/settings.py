@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
 from ..capture import Outcome
-from ..config import MAX_DUTY
+from ..config.table import MAX_DUTY
 from ..errors import ConfigError
 from ..export import metricdefs as md
 from ..model import ARTIFACT_KINDS

@@ -4,7 +4,7 @@
 - `store`: the bounded folder they are kept in (file I/O);
 - `keeper`: the one worker thread, behind a bounded queue, that copies them in off the round.
 
-The service (`service.evidence`) offers each analysed window to the rule and hands the kept ones to
+The service (`service.keeping`) offers each analysed window to the rule and hands the kept ones to
 the keeper; the source gets the trace back (may delete it) once it is copied. `serving` answers
 `/evidence` from the store.
 """

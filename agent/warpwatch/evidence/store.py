@@ -26,7 +26,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -62,17 +62,6 @@ class KeptWindow:
     id: str
     bytes: int
     meta: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class EvidenceView:
-    """What the evidence metrics show, read at each scrape: windows kept and failed by reason, and the
-    folder's size now."""
-
-    kept: Mapping[str, int]
-    failed: Mapping[str, int]
-    bytes: int
-    files: int
 
 
 def is_id(text: str) -> bool:

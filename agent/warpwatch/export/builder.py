@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from .. import __version__
-from ..config import MAX_GPUS
+from ..config.table import MAX_GPUS
 from ..logs import RepeatFilter, limited_event
 from ..model import FAULTS, OUTCOMES, DeviceStats, Fault, KernelStats, LaunchResources, Outcome, WindowAnalysis
 from ..names.labels import KernelNamer, name_text

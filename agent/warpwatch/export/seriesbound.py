@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ..units import check_count
+from ..config.units import check_count
 
 MAX_COUNTER_SERIES = 10_000
 """Per counter family: least recently updated (gpu, kernel[, artifact]) series beyond this are dropped."""

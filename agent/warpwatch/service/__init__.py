@@ -2,9 +2,10 @@
 
 `agent.Service` runs it (startup, rounds, shutdown), `startup` builds its pieces whole (the one
 place that wires them), `rounds` is what one round does, `fanout` runs the sources' captures side
-by side, `window` turns one captured window into a result, `exposition` renders /metrics, `health`
-answers /readyz and notices clock steps, `ticker` schedules the rounds, `windowplan` sizes
-adaptive windows, `signals` stops it cleanly.
+by side, `reading` turns one captured window into a result, `keeping` keeps the windows that matter as
+evidence, `exposition` renders /metrics, `readiness` answers /readyz, `clockwatch` notices steps of
+the wall clock, `ticker` schedules the rounds, `windowplan` sizes adaptive windows, `signals` stops
+it cleanly.
 
     Service(config).run()  =  startup() -> wait for SIGTERM/SIGINT -> shutdown()
 

@@ -8,14 +8,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..capture import Source
-from ..config import Config
+from ..config.table import Config
 from ..evidence.store import EvidenceStore
 from ..export.nvml import Nvml, NvmlReading
 from ..logs import event
-from ..membudget import MemoryBudget
+from ..runtime.membudget import MemoryBudget
 from ..serving import HttpServer, Limits
 from .fanout import CAPTURE_GRACE_S
-from .health import READY_SLACK_S
+from .readiness import READY_SLACK_S
 from .signals import handle_signals
 from .startup import Loaded, announce, assemble, begin, http_server, load_sources
 from .ticker import Ticker

@@ -1,5 +1,5 @@
 """What one round does (the package doc): a step of the wall clock counted, NVML sampled around
-every source's capture (`fanout`), each captured window read and analysed (`window`), the results
+every source's capture (`fanout`), each captured window read and analysed (`reading`), the results
 folded into the builder, the window adapted (`windowplan`), and the new snapshot published."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
 from ..capture import CapturedWindow, Source
-from ..config import MAX_DUTY, Config
+from ..config.table import MAX_DUTY, Config
 from ..export.builder import SnapshotBuilder, WindowResult
 from ..export.nvml import Nvml, NvmlReading, gpu_infos
 from ..logs import RepeatFilter, event, limited_event
-from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault
 from ..overhead import OverheadLedger
+from ..runtime.membudget import MemoryBudget
+from .clockwatch import ClockWatch
 from .costs import note_costs
-from .evidence import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
-from .health import ClockWatch
-from .window import WindowReading, read_window, repeat_key
+from .keeping import Evidence
+from .reading import WindowReading, read_window, repeat_key
 from .windowplan import WindowPlanner
 
 log = logging.getLogger("warpwatch.service")

@@ -19,27 +19,28 @@ from dataclasses import dataclass
 
 from prometheus_client.registry import Collector
 
-from .. import __version__, native
+from .. import __version__
 from ..capture import Source
-from ..config import MAX_PERIOD_S, Config, describe
+from ..config.table import MAX_PERIOD_S, Config, describe
 from ..evidence.rule import KeepRule
 from ..evidence.store import EvidenceStore
-from ..export.evidence import EvidenceCollector
+from ..export.evidencemetrics import EvidenceCollector
 from ..export.nvml import Nvml
 from ..export.overhead import OverheadCollector
 from ..export.selfmetrics import AgentCollector
 from ..logs import RepeatFilter, event
-from ..membudget import MemoryBudget
 from ..model import DeviceProperties
 from ..overhead import OverheadLedger
+from ..runtime import native
+from ..runtime.membudget import MemoryBudget
 from ..serving import Endpoints, HttpServer, Limits, describe_limits, http_limits, raise_nofile
 from ..serving.webconfig import WebConfig
 from ..serving.webfile import load_web_config
 from ..trace import load_gpu_properties
-from .evidence import Evidence
 from .exposition import Exposition
 from .fanout import CaptureFanout
-from .health import Readiness
+from .keeping import Evidence
+from .readiness import Readiness
 from .rounds import Rounds
 
 log = logging.getLogger("warpwatch.service")

@@ -26,7 +26,7 @@ both from the cgroup's memory limit. Any failure is one `TraceError` naming the 
 
 from __future__ import annotations
 
-from ..membudget import DEFAULT_MAX_BYTES, ReadLimits
+from ..runtime.membudget import DEFAULT_MAX_BYTES, ReadLimits
 from .build import build, parse_trace, read_trace
 from .devices import device_properties_from_json, load_gpu_properties
 from .schema import GPU_CATEGORIES, KERNEL_CATEGORIES

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceError
-from ..membudget import DEFAULT_MAX_BYTES, MemoryBudget, ReadLimits
 from ..model import DeviceProperties, KernelLaunch, Trace, TraceWindow
+from ..runtime.membudget import DEFAULT_MAX_BYTES, MemoryBudget, ReadLimits
 from . import parallel
 from .devices import device_properties
 from .document import Document

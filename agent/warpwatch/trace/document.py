@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TraceError
-from ..membudget import ReadLimits
 from ..model import KernelLaunch
+from ..runtime.membudget import ReadLimits
 from .messages import over_budget
 from .schema import HEADER_FIELDS, FastHeader, Header, Scanned
 

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import msgspec
 
 from ..errors import TraceError
-from ..gcpause import gc_paused
-from ..membudget import ReadLimits, may_fork
+from ..runtime.gcpause import gc_paused
+from ..runtime.membudget import ReadLimits, may_fork
 from .document import Collector, Document, Restart, has_amd_device
 from .forkscan import scan_pieces
 from .messages import over_budget, too_large

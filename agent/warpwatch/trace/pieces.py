@@ -36,8 +36,8 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceError
-from ..gcpause import gc_paused
-from ..membudget import ReadLimits
+from ..runtime.gcpause import gc_paused
+from ..runtime.membudget import ReadLimits
 from . import streams
 from .document import Collector, Document, Restart, has_amd_device
 from .messages import not_json

@@ -31,8 +31,8 @@ import re
 
 import msgspec
 
-from .. import native
 from ..model import KernelLaunch
+from ..runtime import native
 from .schema import HIP_MARK, PART, PART_FAST, Interned, Scanned, scan
 
 _native = native.load("warpwatch.trace._gpuscan")

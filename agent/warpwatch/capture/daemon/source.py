@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ...config.units import check_count, check_seconds
 from ...errors import CaptureError, ConfigError
 from ...sourcestats import SourceStats
-from ...units import check_count, check_seconds
 from .. import CapturedWindow, Source
 from . import window as daemon_window
 from .clients import MAX_CLIENTS, ClientRegistry, DaemonClient

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...config.units import check_count, check_seconds
 from ...errors import ConfigError
-from ...units import check_count, check_seconds
 from .clock import WindowClock
 
 DEFAULT_TOKEN_ENV = "WARPWATCH_SERVER_TOKEN"

@@ -1,14 +1,27 @@
 """The evidence store as metrics (`metricdefs` EVIDENCE_*), read live at each scrape from the service's
-`service.evidence.Evidence.view`."""
+`service.keeping.Evidence.view`. `EvidenceView`, the shape it reads, is defined here, where the
+metrics are: the service fills it in, and this room imports nothing from `evidence/` (which is to
+its right, tests/test_layers.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..evidence.store import EvidenceView
 from . import metricdefs as md
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceView:
+    """What the evidence metrics show, read at each scrape: windows kept and failed by reason, and the
+    folder's size now."""
+
+    kept: Mapping[str, int]
+    failed: Mapping[str, int]
+    bytes: int
+    files: int
 
 
 class EvidenceCollector:

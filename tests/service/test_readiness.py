@@ -1,9 +1,9 @@
-"""Readiness over time and clock steps (`service.health`), driven by fake clocks."""
+"""Readiness over time (`service.readiness`), driven by a fake clock."""
 
 from __future__ import annotations
 
-from warpwatch.config import Config
-from warpwatch.service.health import ClockWatch, Readiness
+from warpwatch.config.table import Config
+from warpwatch.service.readiness import Readiness
 
 
 def test_readiness_allows_one_slack_after_the_start_and_after_each_round() -> None:
@@ -21,17 +21,3 @@ def test_readiness_allows_one_slack_after_the_start_and_after_each_round() -> No
     now[0] += 200
     assert ready.check(stopping=False) == (False, "last round finished 200s ago (expected every 60s)")
     assert ready.check(stopping=True) == (False, "shutting down")
-
-
-def test_a_step_of_the_wall_clock_is_told_apart_from_time_passing() -> None:
-    wall, mono = [5000.0], [10.0]
-    watch = ClockWatch(lambda: wall[0], lambda: mono[0], jump_s=1.0)
-    assert watch.step() is None  # the first look only marks
-    wall[0] += 30
-    mono[0] += 30
-    assert watch.step() is None
-    wall[0] += 3600 + 30
-    mono[0] += 30
-    assert watch.step() == 3600.0
-    wall[0] -= 0.5
-    assert watch.step() is None  # within jump_s

@@ -21,7 +21,8 @@ from ..capture import CapturedWindow
 from ..capture.confine import RefusedFile, open_confined
 from ..evidence.keeper import QUEUE, Keeper
 from ..evidence.rule import REASONS, KeepRule, Verdict
-from ..evidence.store import FAIL_REASONS, EvidenceError, EvidenceStore, EvidenceView
+from ..evidence.store import FAIL_REASONS, EvidenceError, EvidenceStore
+from ..export.evidencemetrics import EvidenceView
 from ..logs import RepeatFilter, event, limited_event
 from ..model import WindowAnalysis
 

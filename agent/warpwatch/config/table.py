@@ -4,7 +4,7 @@ Every setting has exactly one name, spelled three ways that are derived from it 
 written by hand: the flag `--top-kernels`, the environment variable `WARPWATCH_TOP_KERNELS`
 and the YAML key `top_kernels` (in the file named by `--config` / `WARPWATCH_CONFIG`). The
 flags, the help and the README's table are derived here; reading the three spellings, parsing
-their values and validating them against each row's check: `configload`.
+their values and validating them against each row's check: `load`.
 
 A row holds all a setting is: its kind (the type of its value: `KIND_TYPES`), its default, its
 bounds (`check`, one of the checks in `units` that every source's own arguments use too) and its
@@ -77,7 +77,7 @@ class Setting:
     default_text: str | None = None
     """How the default reads in the help and the README, when it is derived from other settings."""
     check: Check | None = None
-    """The value's bounds, checked once it is parsed (`configload.validate`); None: any value of its kind."""
+    """The value's bounds, checked once it is parsed (`load.validate`); None: any value of its kind."""
 
     @property
     def type(self) -> Any:
@@ -345,7 +345,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help=help_text,
             )
         else:
-            # A fixed set of values shows as {a,b} in the usage and the help; `configload` checks it
+            # A fixed set of values shows as {a,b} in the usage and the help; `load` checks it
             # (case-insensitively, and naming the flag as the environment and the file are named).
             parser.add_argument(
                 s.flag,

@@ -1,12 +1,11 @@
-"""The service's view of itself: readiness (are rounds finishing on time?) and steps of the wall
-clock between rounds. Both read injected clocks, so tests drive them with fakes."""
+"""Readiness, what /readyz answers: are rounds finishing on time? Reads an injected clock, so tests
+drive it with a fake (the wall clock's steps are `clockwatch`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config import Config
-from .ticker import CLOCK_JUMP_S
+from ..config.table import Config
 
 READY_SLACK_S = 10.0
 """Beyond period + jitter + window + collect_timeout, how late a round may finish and /readyz stay 200."""
@@ -54,22 +53,3 @@ class Readiness:
         if age <= self.slack_s:
             return True, f"last round finished {age:.0f}s ago"
         return False, f"last round finished {age:.0f}s ago (expected every {self.period_now():g}s)"
-
-
-class ClockWatch:
-    """Compares the wall clock with the monotonic clock from one round to the next."""
-
-    def __init__(self, wall: Callable[[], float], monotonic: Callable[[], float], jump_s: float = CLOCK_JUMP_S) -> None:
-        self.wall = wall
-        self.monotonic = monotonic
-        self.jump_s = jump_s
-        self._mark: tuple[float, float] | None = None
-
-    def step(self) -> float | None:
-        """Seconds the wall clock was stepped since the last call, when beyond `jump_s`; else None."""
-        wall, mono = self.wall(), self.monotonic()
-        mark, self._mark = self._mark, (wall, mono)
-        if mark is None:
-            return None
-        step = (wall - mark[0]) - (mono - mark[1])
-        return step if abs(step) > self.jump_s else None

@@ -18,8 +18,8 @@ from ..capture.confine import RefusedFile, open_confined
 from ..errors import TraceError
 from ..export.builder import WindowResult
 from ..logs import RepeatFilter, event, limited_event
-from ..membudget import MemoryBudget
 from ..model import DeviceProperties, Fault, Outcome
+from ..runtime.membudget import MemoryBudget
 from ..trace import read_trace
 
 log = logging.getLogger("warpwatch.service")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from warpwatch.membudget import MemoryBudget, cgroup_memory_limit
+from warpwatch.runtime.membudget import MemoryBudget, cgroup_memory_limit
 
 MiB = 1024**2
 

@@ -1,4 +1,4 @@
-"""Loading `warpwatch run`'s settings (the table: `config`): flags, environment, file, validated.
+"""Loading `warpwatch run`'s settings (the table: `table`): flags, environment, file, validated.
 
 Precedence: flag > environment > file > default. `load_config` validates everything at
 start and raises `ConfigError` that starts with the value as the user gave it (`Origin`): the flag
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .config import (
+from ..errors import ConfigError
+from .table import (
     CONFIG_FILE_ENV,
     MAX_DUTY,
     SETTINGS,
@@ -38,7 +39,6 @@ from .config import (
     Setting,
     default_jitter,
 )
-from .errors import ConfigError
 from .units import (
     parse_bool,
     parse_duration,
