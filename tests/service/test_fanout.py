@@ -37,7 +37,7 @@ class Scripted(Source):
 class CutByItsProducer(Scripted):
     """A source handing over windows somebody else cut (as dir: and replay: do)."""
 
-    cuts_windows = "producer"
+    windows_timed_by = "producer"
 
 
 class GatedClock:

@@ -48,8 +48,8 @@ def test_a_long_kernel_lengthens_the_window_to_four_times_it_within_the_cap() ->
 
 
 def test_each_source_declares_who_cuts_its_windows() -> None:
-    assert KinetoDaemonSource.cuts_windows == ProfilingServerSource.cuts_windows == "agent"
-    assert DirSource.cuts_windows == ReplaySource.cuts_windows == "producer"
+    assert KinetoDaemonSource.windows_timed_by == ProfilingServerSource.windows_timed_by == "agent"
+    assert DirSource.windows_timed_by == ReplaySource.windows_timed_by == "producer"
 
 
 class LongKernelSource(Source):
@@ -109,7 +109,7 @@ class CutByItsProducer(LongKernelSource):
     """Windows somebody else cut (as `dir:` reads them): a second each, holding the long kernel,
     whatever the agent asks for."""
 
-    cuts_windows = "producer"
+    windows_timed_by = "producer"
 
     def capture(self, window_s: float, timeout_s: float) -> list[CapturedWindow]:
         windows = super().capture(1.0, timeout_s)

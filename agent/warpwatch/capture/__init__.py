@@ -5,8 +5,8 @@ calls `Source.capture()` once per scheduled window (never concurrently), analyse
 `CapturedWindow` it returns, and calls `CapturedWindow.done()` afterwards so the source can
 delete or forget the file. Sources never analyse and never touch Prometheus.
 
-To add a source: subclass `Source` in a module of this package, declare who cuts its windows
-(`Source.cuts_windows`), and register its spec prefix in `warpwatch.capture.registry.build_source`.
+To add a source: subclass `Source` in a module of this package, declare who times its windows
+(`Source.windows_timed_by`), and register its spec prefix in `warpwatch.capture.registry.build_source`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..model import Outcome
 from ..overhead import LatencySplit
 from ..sourcestats import SourceStats
 
-__all__ = ["CaptureFailure", "CapturedWindow", "Cutter", "Outcome", "Source", "SourceStats"]
+__all__ = ["CaptureFailure", "CapturedWindow", "Outcome", "Source", "SourceStats", "WindowTimer"]
 
 CaptureFailure = Literal["failed", "timed_out", "raised"]
 """Why a window came without a trace file: the source said so (failed), it took too long
@@ -61,8 +61,8 @@ class CapturedWindow:
         return "timed_out" if self.outcome == "timed_out" else "failed"
 
 
-Cutter = Literal["agent", "producer"]
-"""Who decides where a source's windows start and end (`Source.cuts_windows`)."""
+WindowTimer = Literal["agent", "producer"]
+"""Who decides where a source's windows start and end (`Source.windows_timed_by`)."""
 
 
 class Source(abc.ABC):
@@ -72,10 +72,10 @@ class Source(abc.ABC):
     name: str
     """The spec as the user wrote it (used in logs and metrics)."""
 
-    cuts_windows: ClassVar[Cutter] = "agent"
+    windows_timed_by: ClassVar[WindowTimer] = "agent"
     """"agent": `capture` opens a window of the `window_s` the agent asks for, which
     --adaptive-window lengthens after long kernels (kineto-daemon, vllm, sglang). "producer": the
-    windows were cut by whoever wrote the traces (dir:, replay:); such a source is asked for the
+    windows were timed by whoever wrote the traces (dir:, replay:); such a source is asked for the
     configured --window, and its kernels never lengthen the agent's window."""
 
     def start(self) -> None:  # noqa: B027 (a source without resources needs no start)

@@ -97,7 +97,7 @@ class _Look:
 class DirSource(Source):
     """A `Source` over a folder of finished trace files (module doc)."""
 
-    cuts_windows = "producer"  # whoever dropped the files chose their windows
+    windows_timed_by = "producer"  # whoever dropped the files chose their windows
 
     def __init__(
         self,

@@ -32,7 +32,7 @@ from .dirsource import is_trace_name, labels_for
 class ReplaySource(Source):
     """A `Source` that replays recorded trace files in a loop (module doc)."""
 
-    cuts_windows = "producer"  # the recorded traces keep the windows they were cut with
+    windows_timed_by = "producer"  # the recorded traces keep the windows they were timed with
 
     def __init__(self, path: str | os.PathLike[str], *, name: str | None = None) -> None:
         self.path = Path(path)

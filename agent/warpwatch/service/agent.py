@@ -14,7 +14,7 @@ from ..export.nvml import Nvml, NvmlReading
 from ..logs import event
 from ..runtime.membudget import MemoryBudget
 from ..serving import HttpServer, Limits
-from .fanout import CAPTURE_GRACE_S
+from .fanout import CAPTURE_GRACE_S, release
 from .readiness import READY_SLACK_S
 from .signals import handle_signals
 from .startup import Loaded, announce, assemble, begin, http_server, load_sources
@@ -168,14 +168,7 @@ class Service:
         self._stop_scheduler()
         if self.evidence is not None:  # before the sources close: it gives their traces back
             self.evidence.close(drain_s)
-        for src in self.sources:
-            try:
-                try:
-                    src.finish(max(0.0, deadline - time.monotonic()))  # the grace left: what is in flight
-                finally:
-                    src.close()
-            except Exception as exc:
-                event(log, "source_close_failed", logging.WARNING, source=src.name, error=str(exc))
+        release(self.sources, deadline - time.monotonic())  # the grace left: what is in flight
         if abandoned:
             event(log, "window_abandoned", logging.WARNING, reason=f"still running {wait:g}s after the stop request")
         if self._server is not None:

@@ -1,6 +1,7 @@
 """A round's captures: every source's `capture()` side by side, each in its own daemon thread, all
 bounded by one deadline. A source whose capture has not returned by then gives a `timed_out` window,
-and is skipped by later rounds until it returns (one capture per source at a time)."""
+and is skipped by later rounds until it returns (one capture per source at a time). At shutdown,
+`release` ends every source: what it has in flight within the time left, then `close`."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ class CaptureFanout:
         timeout_s: float,
         on_busy: Callable[[Source], None] = lambda source: None,
     ) -> list[CapturedWindow]:
-        """Every source's windows, in source order. Sources whose windows the agent cuts
-        (`Source.cuts_windows`) get `window_s`, the others `fixed_window_s`; a source still busy is
+        """Every source's windows, in source order. Sources whose windows the agent times
+        (`Source.windows_timed_by`) get `window_s`, the others `fixed_window_s`; a source still busy is
         skipped (`on_busy`)."""
         out: dict[int, list[CapturedWindow]] = {}
         threads: list[threading.Thread] = []
@@ -57,7 +58,7 @@ class CaptureFanout:
                     continue
                 self._busy.add(src)
             started.add(i)
-            window = window_s if src.cuts_windows == "agent" else fixed_window_s
+            window = window_s if src.windows_timed_by == "agent" else fixed_window_s
             event(log, "capture_started", logging.DEBUG, source=src.name, window_s=window)
             t = threading.Thread(
                 target=self._one, args=(src, window, timeout_s, out, i), name=f"warpwatch-capture-{i}", daemon=True
@@ -101,3 +102,17 @@ class CaptureFanout:
         finally:
             with self._lock:
                 self._busy.discard(src)
+
+
+def release(sources: Sequence[Source], seconds: float) -> None:
+    """Each source's `finish` with what is left of `seconds` (a window still being written), then
+    its `close`; a source that fails either is logged and the others still end."""
+    deadline = time.monotonic() + seconds
+    for src in sources:
+        try:
+            try:
+                src.finish(max(0.0, deadline - time.monotonic()))
+            finally:
+                src.close()
+        except Exception as exc:
+            event(log, "source_close_failed", logging.WARNING, source=src.name, error=str(exc))

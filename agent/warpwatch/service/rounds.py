@@ -116,7 +116,7 @@ class Rounds:
             self._builder.record(result, self._clock())
             results.append(result)
         self._builder.apply_round(results)
-        self._adapt_window(results, {s.name for s in sources if s.cuts_windows == "agent"})
+        self._adapt_window(results, {s.name for s in sources if s.windows_timed_by == "agent"})
         self.publish_nvml(reading)
 
     def overrun(self) -> None:
@@ -175,14 +175,14 @@ class Rounds:
             reason="its previous capture has not returned; skipping this round",
         )
 
-    def _adapt_window(self, results: Sequence[WindowResult], agent_cut: Collection[str]) -> None:
+    def _adapt_window(self, results: Sequence[WindowResult], agent_timed: Collection[str]) -> None:
         """--adaptive-window: lengthen the window after a round that captured long kernels in the
-        windows the agent cut (`agent_cut`: those sources' names; `Source.cuts_windows`)."""
+        windows the agent timed (`agent_timed`: those sources' names; `Source.windows_timed_by`)."""
         longest = max(
             (
                 d.longest_kernel / 1e6
                 for r in results
-                if r.analysis is not None and r.source in agent_cut
+                if r.analysis is not None and r.source in agent_timed
                 for d in r.analysis.devices
             ),
             default=0.0,

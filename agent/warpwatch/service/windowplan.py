@@ -3,7 +3,7 @@ kernels comparable to it show up. Pure logic; the service asks it for each round
 
 Kineto keeps only activities wholly inside the window: a kernel of duration d is captured with
 probability (W - d)/W and never when d >= W, so a workload of long kernels reads as idle. For the
-sources whose windows the agent cuts (`Source.cuts_windows == "agent"`: kineto-daemon, vLLM,
+sources whose windows the agent times (`Source.windows_timed_by == "agent"`: kineto-daemon, vLLM,
 SGLang; not dir: or replay:, whose producer cut them), the planner
 
 - opens every `probe_every`-th window (the first one included) as a *probe* of

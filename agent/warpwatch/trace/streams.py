@@ -10,6 +10,8 @@ bytes already in memory. `restart` goes back to the start, for a second, strict,
 
 from __future__ import annotations
 
+import abc
+
 import os
 import zlib
 
@@ -20,9 +22,9 @@ READ_BYTES = 1024**2
 """Bytes read (or decompressed) per system call."""
 
 
-class Stream:
+class Stream(abc.ABC):
     """The document's text: `read(n)` gives at most n bytes (b"" at the end); never more than
-    `max_bytes` in all (then a `too_large` TraceError)."""
+    `max_bytes` in all (then a `too_large` TraceError). A stream states how it restarts and reads."""
 
     def __init__(self, path: str, max_bytes: int) -> None:
         self.path = path
@@ -34,8 +36,9 @@ class Stream:
         self.total = 0
         self._restart()
 
+    @abc.abstractmethod
     def _restart(self) -> None:
-        raise NotImplementedError
+        """Back to the document's first byte."""
 
     def read(self, n: int) -> bytes:
         data = self._read(n)
@@ -44,8 +47,9 @@ class Stream:
             raise TraceError(self.path, too_large(self.max_bytes), kind="too_large")
         return data
 
+    @abc.abstractmethod
     def _read(self, n: int) -> bytes:
-        raise NotImplementedError
+        """At most n bytes of the document, b"" at its end."""
 
 
 class BytesStream(Stream):

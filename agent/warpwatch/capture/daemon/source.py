@@ -61,7 +61,7 @@ class KinetoDaemonSource(Source):
             source are timed on (`time.monotonic`; a test gives one that moves as it plans).
     """
 
-    cuts_windows = "agent"  # each window is a trace config of the duration the agent asks for
+    windows_timed_by = "agent"  # each window is a trace config of the duration the agent asks for
 
     def __init__(
         self,

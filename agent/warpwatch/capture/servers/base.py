@@ -68,7 +68,7 @@ class ProfilingServerSource(Source):
     """Windows through a server's profiler: `options` (checked settings) and `dialect` (what the
     server's requests and trace names are), see the module docstring."""
 
-    cuts_windows = "agent"
+    windows_timed_by = "agent"
 
     def __init__(self, options: ServerOptions, dialect: Dialect) -> None:
         self.options = options
