@@ -5,14 +5,13 @@ while guesses are checked. One of the floods (`floods.FLOODS["auth"]`)."""
 from __future__ import annotations
 
 import signal
-import socket
 import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from .kit import LOOPBACK_ATTACKER, Agent, Row, basic, bcrypt_config, finish, observe
+from .kit import LOOPBACK_ATTACKER, Agent, Row, basic, bcrypt_config, finish, observe, scrape_once
 
 
 def _guesser(port: int, stop: threading.Event, auth: str) -> None:
@@ -22,23 +21,9 @@ def _guesser(port: int, stop: threading.Event, auth: str) -> None:
             stop.wait(0.01)
 
 
-def scrape_once_from(port: int, source: str, headers: dict[str, str], timeout: float = 10.0) -> tuple[int, float]:
-    t0 = time.monotonic()
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as s:
-            lines = [
-                "GET /metrics HTTP/1.1",
-                "Host: x",
-                "Connection: close",
-                *(f"{k}: {v}" for k, v in headers.items()),
-            ]
-            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        return int(data.split(b" ", 2)[1]), time.monotonic() - t0
-    except (OSError, ValueError, IndexError):
-        return 0, time.monotonic() - t0
+def scrape_once_from(port: int, source: str, headers: dict[str, str]) -> tuple[int, float]:
+    """One scrape from the loopback address `source`, waiting up to 10 s (`kit.scrape_once`)."""
+    return scrape_once(port, headers, timeout=10.0, source=source)
 
 
 def attack_auth(path: Path, rss_cap: float) -> list[Row]:

@@ -148,11 +148,15 @@ class Agent:
 # --------------------------------------------------------------------------------------------- measuring
 
 
-def scrape_once(port: int, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, float]:
-    """(status or 0 on failure, seconds) of one GET /metrics from 127.0.0.1."""
+def scrape_once(
+    port: int, headers: dict[str, str] | None = None, timeout: float = 5.0, source: str | None = None
+) -> tuple[int, float]:
+    """(status or 0 on failure, seconds) of one GET /metrics to 127.0.0.1, from `source` (a
+    loopback address: another client to the agent) or the default address."""
     t0 = time.monotonic()
+    address = None if source is None else (source, 0)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=address) as s:
             lines = [
                 "GET /metrics HTTP/1.1",
                 "Host: x",

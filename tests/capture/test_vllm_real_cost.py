@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from support.vllmreal import VllmServer, serve
+from support.vllmreal import ClosedLoop, VllmServer, serve
 from warpwatch.capture.registry import vllm_source
 from warpwatch.overhead import OverheadLedger
 
@@ -68,26 +67,14 @@ def server() -> Iterator[VllmServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-class WholeLoad:
+class WholeLoad(ClosedLoop):
     """`streams` threads of non-streaming completions of `TOKENS` tokens, closed loop; each answer's
     (arrival, tokens)."""
 
     def __init__(self, server: VllmServer, streams: int = 4) -> None:
+        super().__init__(streams)
         self.url, self.model = server.url, str(server.model)
         self.answers: list[tuple[float, int]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(streams)]
-
-    def __enter__(self) -> WholeLoad:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(300)
 
     def _run(self, stream: int) -> None:
         body = {"model": self.model, "prompt": f"stream {stream} says", "max_tokens": TOKENS}

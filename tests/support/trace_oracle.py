@@ -27,9 +27,9 @@ from typing import Any
 import msgspec
 
 from support.paths import SHARED_TRACES
-from warpwatch.runtime import native
 from warpwatch.errors import TraceError
 from warpwatch.model import KernelLaunch
+from warpwatch.runtime import native
 from warpwatch.runtime.membudget import ReadLimits
 from warpwatch.trace import parallel, parse_trace, pieces, skim, streams
 from warpwatch.trace.schema import PART, PART_FAST, Interned, scan

@@ -13,6 +13,7 @@ EngineCore, worker).
 
 from __future__ import annotations
 
+import abc
 import atexit
 import contextlib
 import itertools
@@ -27,6 +28,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -227,7 +229,36 @@ def complete(server: VllmServer, prompt: str = "the quick brown", tokens: int = 
     return str(doc["choices"][0]["text"])
 
 
-class StreamLoad:
+L = TypeVar("L", bound="ClosedLoop")
+
+
+class ClosedLoop(abc.ABC):
+    """`streams` threads, each running `_run(stream)` until the `with` block ends (then joined):
+    the shape of the tests' loads, each request sent after the one before it was answered."""
+
+    def __init__(self, streams: int) -> None:
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True) for i in range(streams)
+        ]
+
+    def __enter__(self: L) -> L:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(300)
+
+    @abc.abstractmethod
+    def _run(self, stream: int) -> None:
+        """One stream's requests, one after the other, until `_stop` is set."""
+
+
+class StreamLoad(ClosedLoop):
     """`streams` threads, each sending streaming completions one after the other (a fixed prompt,
     `tokens` tokens each, `ignore_eos`), recording when each chunk arrived (monotonic seconds) and
     how many tokens it carried (vLLM merges tokens into one chunk when the stream falls behind:
@@ -241,27 +272,13 @@ class StreamLoad:
         tokens: int = 32,
         prompt: str = "the quick brown",
     ) -> None:
+        super().__init__(streams)
         self.server, self.tokens, self.prompt = server, tokens, prompt
         self.requests: list[list[tuple[float, int]]] = []
         """Per request: when it was sent (0 tokens), then each chunk's (arrival, tokens so far)."""
         self.timelines: list[list[float]] = [[] for _ in range(streams)]
         """Per stream, every chunk's arrival across its requests: a stall shows as a silence here
         whether it held a token of a request or the first token of the next."""
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(i,), name=f"load-{i}", daemon=True) for i in range(streams)
-        ]
-
-    def __enter__(self) -> StreamLoad:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(120)
 
     def _run(self, stream: int) -> None:
         body = json.dumps(

@@ -11,7 +11,6 @@ bytes already in memory. `restart` goes back to the start, for a second, strict,
 from __future__ import annotations
 
 import abc
-
 import os
 import zlib
 
