@@ -34,7 +34,7 @@ SERIAL_GROUPS = {
     "tests/capture/test_vllm_real_cost.py": "vllm-real",
     "tests/capture/test_vllm_real_stacks.py": "vllm-real",
     "tests/test_overhead_bench.py": "vllm-real",
-    # ...but the exit test (6 min, mostly a stacks-on flush) times nothing: beside them, not after
+    # ...but the exit test (2 min, mostly a stacks-on flush) times nothing: beside them, not after
     "tests/capture/test_vllm_real_exit.py": "vllm-exit",
     # the machine's one abstract @dynolog name (the tests that bind or squat it)
     "tests/capture/test_daemon.py::test_the_abstract_socket_name_serves_clients_by_default": "abstract-dynolog",

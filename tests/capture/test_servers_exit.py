@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 import shutil
 import threading
 from collections import Counter
@@ -105,6 +106,25 @@ def test_an_earlier_runs_files_are_claimed_once_complete_and_no_other(tmp_path: 
     # The earlier run's table went too (unchanged across two looks), uncounted: not a trace.
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
     assert counts == {"leftover": 2}
+
+
+def test_files_written_before_this_run_began_are_claimed_at_the_first_look(tmp_path: Path) -> None:
+    # An earlier run's session, finished 10 s before this run starts: its whole trace and its table
+    # are claimed by the start itself; a trace left half-written as long is not whole, so it waits.
+    earlier = "warpwatch-0123abcd"
+    whole, table = tmp_path / f"{earlier}_rank0.1.pt.trace.json.gz", tmp_path / f"{earlier}_rank0.profiler_out.txt"
+    shutil.copy(ALEXNET, whole)
+    table.write_text("a key_averages table")
+    partial = tmp_path / f"{earlier}_rank1.2.pt.trace.json.gz"
+    partial.write_bytes(gzip.compress(b'{"traceEvents": [')[:-8])
+    for path in (whole, table, partial):
+        when = path.stat().st_mtime - 10.0
+        os.utime(path, (when, when))
+    src = vllm_source("http://127.0.0.1:9", tmp_path, delete_processed=True, **FAST)
+    src.start()
+    assert src.stats().files == {"leftover": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [partial.name]
+    src.close()
 
 
 def test_without_delete_processed_an_earlier_runs_files_are_counted_and_left(tmp_path: Path) -> None:

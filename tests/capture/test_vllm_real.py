@@ -31,7 +31,10 @@ from warpwatch.service.agent import Service
 pytestmark = pytest.mark.slow
 
 WORKER = re.compile(r"rank0\.\d+\.pt\.trace\.json\.gz")
-"""vLLM 0.32's worker file (`rank{r}` alone: a CPU worker names itself before the parallel state)."""
+"""vLLM 0.32's worker file from a start without a name (a person's; `rank{r}` alone: a CPU worker
+names itself before the parallel state)."""
+OURS = re.compile(r"warpwatch-[0-9a-f]{8}_rank0\.\d+\.pt\.trace\.json\.gz")
+"""A worker's trace from the agent's start, named by its `profile_prefix` (`leftovers`)."""
 FRONT_END = re.compile(r".+_\d+\.async_llm\.\d+\.pt\.trace\.json\.gz")
 
 
@@ -80,7 +83,8 @@ def outcomes(svc: Service) -> dict[str, float]:
 
 
 def test_vllm_source_names_and_deletes_the_servers_files(server: VllmServer, root: Path) -> None:
-    """Each window: one worker file `rank0.<ns>.pt.trace.json.gz` (label rank=0) and the front end's
+    """Each window: one worker file `warpwatch-<run>_rank0.<ns>.pt.trace.json.gz` (label rank=0, the
+    session's name left out) and the front end's
     `<host>_<pid>.async_llm.<ns>…` (not a window, `cpu_only`); both gone once processed."""
     profiles = root / "profiles"
     src = vllm_source(server.url, profiles, delete_processed=True, poll_interval_s=0.1, settle_quiet_s=1.0)
@@ -92,7 +96,8 @@ def test_vllm_source_names_and_deletes_the_servers_files(server: VllmServer, roo
         assert complete(server)  # the server keeps serving between windows
     assert [w.error for w in windows] == [None, None]
     names = [w.path.name for w in windows if w.path is not None]
-    assert len(names) == 2 and all(WORKER.fullmatch(n) for n in names), names
+    assert len(names) == 2 and all(OURS.fullmatch(n) for n in names), names
+    assert len({n.split("_", 1)[0] for n in names}) == 1, names  # one run, one prefix
     assert [w.labels for w in windows] == [{"rank": "0"}, {"rank": "0"}]
     assert all(w.requested is not None for w in windows)
     left = trace_files(profiles)

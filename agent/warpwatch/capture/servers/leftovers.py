@@ -20,17 +20,21 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from ..files import TEMP_SUFFIXES, SettleTracker
+from ..files import TEMP_SUFFIXES, SettleTracker, is_finished
 from ..folders import list_traces
 from .clock import WindowClock
 
 log = logging.getLogger("warpwatch.capture.servers")
 
 PREFIX = "warpwatch-"
+QUIET_S = 2.0
+"""A file not written for this long is one its writer is done with: a whole trace, or a table, is
+claimed at the first look (an earlier run's files, found at start), not only after two."""
 _NAMED = re.compile(r"^warpwatch-(?P<run>[0-9a-f]{8})_")
 
 
@@ -109,16 +113,18 @@ class Leftovers:
         return sum(1 for n in claimed if self._is_trace(n))
 
     def _settled(self, name: str, path: Path) -> bool:
-        """A trace: complete (`SettleTracker`); another file: unchanged since the last look."""
-        if self._is_trace(name):
-            return self._tracker.observe(path)
+        """A trace: complete (`SettleTracker`, or quiet for `QUIET_S` and whole); another file:
+        unchanged since the last look, or quiet for `QUIET_S`."""
         try:
             st = path.stat()
         except OSError:
             return False
+        quiet = time.time() - st.st_mtime >= QUIET_S
+        if self._is_trace(name):
+            return self._tracker.observe(path) or (quiet and st.st_size > 0 and is_finished(path))
         now, before = (st.st_size, st.st_mtime_ns), self._others.get(name)
         self._others[name] = now
-        return before == now
+        return quiet or before == now
 
     def _claim(self, name: str, path: Path) -> None:
         self._claimed.add(name)
