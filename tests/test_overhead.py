@@ -70,6 +70,20 @@ def test_the_largest_source_counts_and_a_quiet_ledger_keeps_the_configured_perio
     assert ledger.replan() == 60.0  # back to --period, never below it
 
 
+def test_a_slow_stop_among_quick_ones_costs_its_share_of_the_rounds() -> None:
+    ledger = OverheadLedger(0.01, 10.0, 86400.0)
+    # One round of two processes stopping side by side (0.2 s and 4 s: the round lost 4 s), then
+    # four rounds of 0.5 s: 4 + 4 x 0.5 = 6 s over five rounds, 1.2 s a round; 120 s at 1 %.
+    ledger.observe("kineto-daemon", [0.2, 4.0], None)
+    for _ in range(4):
+        ledger.observe("kineto-daemon", [0.5], None)
+    assert ledger.lost() == pytest.approx(1.2)
+    assert ledger.replan() == pytest.approx(120.0)
+    # a sixth round pushes the slow one out of the last five: 0.5 s a round
+    ledger.observe("kineto-daemon", [0.5], None)
+    assert ledger.lost() == pytest.approx(0.5)
+
+
 def test_the_period_is_capped_and_small_changes_are_ignored() -> None:
     ledger = OverheadLedger(0.01, 60.0, 3600.0)
     ledger.observe("a", [100.0], None)
@@ -128,10 +142,11 @@ def test_the_throughput_loss_needs_a_span_between_windows_and_never_goes_below_z
 def test_a_cost_the_source_measured_itself_is_charged_in_place_of_its_stop() -> None:
     ledger = OverheadLedger(0.01, 10.0, 86400.0)
     # kineto-daemon: the stops took 1.6 s and 1.9 s (mostly the wait for Kineto's next poll), the
-    # traces took 0.3 s and 0.4 s to finish once recorded: 0.4 s per round is charged, 40 s at 1 %.
+    # traces took 0.3 s and 0.4 s to finish once recorded: their mean, 0.35 s per round, is charged,
+    # 35 s at 1 %.
     ledger.observe("kineto-daemon", [1.6], None, [0.3])
     ledger.observe("kineto-daemon", [1.9], None, [0.4, float("nan")])
-    assert ledger.lost() == pytest.approx(0.4)
-    assert ledger.replan() == pytest.approx(40.0)
+    assert ledger.lost() == pytest.approx(0.35)
+    assert ledger.replan() == pytest.approx(35.0)
     # the stop histogram still shows the stops
     assert ledger.view().stops["kineto-daemon"].total == pytest.approx(3.5)

@@ -12,7 +12,7 @@ The measures come from the sources each round:
 - a **cost the source measured itself** (kineto-daemon: what finishing each window's trace took
   the traced process, `Source.take_cost_seconds`), charged in place of its stop.
 
-From the last `ROUNDS` rounds the ledger estimates, per source, the server time lost per round:
+From the last `ROUNDS` rounds the ledger estimates, per source, the mean server time lost per round:
 
     lost = max(T · s / (1 + s), T − G_in / r_out, stall)        cost(P) = lost / P
 
@@ -20,7 +20,8 @@ T being the mean wall time inside a window (its start to its stop's answer and t
 its files), s the slowdown (mean latency per token inside ÷ outside − 1: each stream served
 T / (1 + s) worth of tokens in T), G_in the tokens generated inside a window and r_out the rate
 between windows (`throughput_loss`: what the engine did not make, whether or not a client waited
-on a token for it). The larger counts: each misses what the other sees (the histograms miss a
+on a token for it), and stall the mean of the rounds' largest stops (or of the costs the source
+measured itself). The larger counts: each misses what the other sees (the histograms miss a
 stall with no request in flight; the counter misses a slower token that still came). The stall
 is already inside T, so it is not added again; it bounds `lost` from below, and alone where a
 source gives no served measure. Where a source measures served latency but no span between
@@ -124,11 +125,14 @@ class OverheadView:
 class _SourceLedger:
     def __init__(self) -> None:
         self.stalls: deque[float] = deque(maxlen=ROUNDS)
-        """The largest stop of each of the last rounds that had one (their largest counts: a
-        stall is not averaged away by quick ones)."""
+        """The largest stop of each of the last rounds that had one (the stops of one round run side
+        by side: the largest is the round's); pooled as their mean, as the served measures are (the
+        budget is a share of time: a slow stop among quick ones costs its share of the rounds, and
+        the largest of five would charge every round a stall only one had)."""
         self.costs: deque[float] = deque(maxlen=ROUNDS)
         """The largest cost the source measured itself of each of the last rounds that had one
-        (`Source.take_cost_seconds`): where there is one, it is charged in place of the stall."""
+        (`Source.take_cost_seconds`), pooled the same way: where there is one, it is charged in
+        place of the stall."""
         self.splits: deque[LatencySplit] = deque(maxlen=ROUNDS + 1)
         self.histogram = StopHistogram()
 
@@ -141,13 +145,17 @@ class _SourceLedger:
 
     def lost(self) -> float | None:
         """Server seconds lost per round, or None when nothing was measured."""
-        stall = max(self.costs) if self.costs else max(self.stalls) if self.stalls else None
+        stall = _mean(self.costs) if self.costs else _mean(self.stalls) if self.stalls else None
         recent = self.recent()
         served = None
         if recent is not None and recent.windows > 0:
             served = _served_loss(recent) / recent.windows
         known = [v for v in (stall, served) if v is not None]
         return max(known) if known else None
+
+
+def _mean(values: deque[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _served_loss(split: LatencySplit) -> float:
