@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from .timeline import BIN_S, Interval, interval, sparkline
+from .timeline import BIN_S, Interval, interval, mean_known, sparkline
 
 PARTS = ("before", "inside", "after", "total")
 
@@ -42,8 +42,8 @@ def pool_timeline(runs: Sequence[Any]) -> list[dict[str, Any]]:
                 "periods_s": [r.agent.get("period_s") for r in mine],
                 "cost_at_spacing": None if not gap else vars(_scaled(every, 1.0 / gap)),
                 "profile_start": _mean_profile([r.timeline["profile_start"] for r in mine]),
-                "write_after_start_s": _mean([w for r in mine for w in r.timeline["writes_after_start_s"]]),
-                "length_s": _mean([v for r in mine for v in r.timeline["lengths_s"]]),
+                "write_after_start_s": mean_known([w for r in mine for w in r.timeline["writes_after_start_s"]]),
+                "length_s": mean_known([v for r in mine for v in r.timeline["lengths_s"]]),
             }
         )
     return out
@@ -51,10 +51,6 @@ def pool_timeline(runs: Sequence[Any]) -> list[dict[str, Any]]:
 
 def _scaled(i: Interval, k: float) -> Interval:
     return Interval(i.mean * k, i.low * k, i.high * k, i.n)
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
 
 
 def _mean_profile(profiles: list[list[float]]) -> list[float]:

@@ -10,12 +10,8 @@ from typing import Any
 
 from .daemonarms import DaemonArm
 from .split import ServedSamples, StepSamples, served_summary, step_summary
+from .timeline import mean_known
 from .vllmarms import ARMS, ArmRun
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
 
 
 def _losses(rate: dict[tuple[str, int], float | None], arm: str) -> list[float]:
@@ -62,7 +58,7 @@ def pool_vllm(runs: list[ArmRun]) -> list[dict[str, Any]]:
                 "served": served,
                 "loss_vs_none": _losses(rate, key),
                 **_at_period(mine, rate, served),
-                "stop_s": {"n": len(stops), "mean": _mean(stops), "max": max(stops, default=None)},
+                "stop_s": {"n": len(stops), "mean": mean_known(stops), "max": max(stops, default=None)},
                 "trace_mb_per_window": sum(r.trace_bytes for r in mine) / windows / 1e6 if windows else None,
                 "worker_mb_per_window": sum(r.worker_bytes for r in mine) / windows / 1e6 if windows else None,
                 "agent": _pool_agent(agents) if agents else None,
@@ -82,7 +78,7 @@ def _at_period(mine: list[ArmRun], rate: dict[tuple[str, int], float | None], se
     spacing = _spacing(mine)
     periods = [r.agent.get("period_s") for r in mine if r.agent.get("period_s")]
     interval = spacing or (sum(periods) / len(periods) if periods else None)
-    mean_lost, near = _mean(lost), served["lost_s_per_window_near"]
+    mean_lost, near = mean_known(lost), served["lost_s_per_window_near"]
     return {
         "lost_s_per_window": lost,
         "window_spacing_s": spacing,
@@ -98,8 +94,8 @@ def _pool_agent(agents: list[dict[str, Any]]) -> dict[str, Any]:
         "served_slowdown_ratio": [a["served_slowdown_ratio"] for a in agents],
         "period_s": [a["period_s"] for a in agents],
         "stretched_to_s": [a["stretched_to_s"] for a in agents],
-        "cpu_s": _mean([a["cpu_s"] for a in agents]),
-        "cpu_share_in_arm": _mean([a["cpu_share_in_arm"] for a in agents]),
+        "cpu_s": mean_known([a["cpu_s"] for a in agents]),
+        "cpu_share_in_arm": mean_known([a["cpu_share_in_arm"] for a in agents]),
         "peak_pss_mib": max(a["peak_pss_mib"] for a in agents),
         "windows": [a["windows"] for a in agents],
         "tracebacks": sum(a["tracebacks"] for a in agents),

@@ -56,6 +56,12 @@ class Interval:
         return f"{self.mean * scale:.{digits}f} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
 
 
+def mean_known(values: Sequence[float | None]) -> float | None:
+    """The mean of the values known (not None); None when none is."""
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def interval(values: Sequence[float]) -> Interval:
     """Mean of `values` with its 95 % interval."""
     n = len(values)

@@ -101,7 +101,7 @@ class KinetoDaemonSource(Source):
         self._files = TraceFiles(self.trace_dir, delete_processed, clock)
         self._window_seq = 0
         self._stop_seconds: list[float] = []
-        self._finish_seconds: list[float] = []
+        self._cost_seconds: list[float] = []
         self._exit_watch: dict[Address, float] = {}
         """Clients whose window ended without their trace, with when it was given up: each is counted
         in `exits_in_window` once it is seen silent since (gone), or forgotten once it polls again."""
@@ -226,7 +226,7 @@ class KinetoDaemonSource(Source):
         work from its recording's end to its file's last write (`finish.work_seconds`); its stop
         where the file does not say."""
         with self._lock:
-            out, self._finish_seconds = self._finish_seconds, []
+            out, self._cost_seconds = self._cost_seconds, []
         return out
 
     @property
@@ -338,4 +338,4 @@ class KinetoDaemonSource(Source):
             work = work_seconds(result.path)
             with self._lock:
                 self._stop_seconds.append(stop)
-                self._finish_seconds.append(stop if work is None else min(work, stop))
+                self._cost_seconds.append(stop if work is None else min(work, stop))
