@@ -129,7 +129,17 @@ def test_the_defaults() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("500ms", 0.5), ("10s", 10.0), ("2m", 120.0), ("1h", 3600.0), ("1.5", 1.5), ("30", 30.0), (" 2 m ", 120.0)],
+    [
+        ("500ms", 0.5),
+        ("10s", 10.0),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("1d", 86400.0),
+        ("1.5d", 129600.0),
+        ("1.5", 1.5),
+        ("30", 30.0),
+        (" 2 m ", 120.0),
+    ],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -148,7 +158,7 @@ def test_sizes(text: str, size: int) -> None:
     [
         (
             {"WARPWATCH_PERIOD": "10 parsecs"},
-            "WARPWATCH_PERIOD='10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h",
+            "WARPWATCH_PERIOD='10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h, 1d",
         ),
         (
             {"WARPWATCH_MAX_TRACE_BYTES": "lots"},
@@ -243,7 +253,7 @@ def test_a_bad_value_in_the_file_names_the_key_and_the_file(tmp_path: Path) -> N
     yml.write_text("source: dir:/x\nperiod: soon\n")
     with pytest.raises(ConfigError) as info:
         load_config({}, {}, yml)
-    assert str(info.value) == f"period: soon (in {yml}): expected a duration such as 500ms, 10s, 2m, 1h"
+    assert str(info.value) == f"period: soon (in {yml}): expected a duration such as 500ms, 10s, 2m, 1h, 1d"
 
 
 def test_a_missing_or_broken_config_file_is_a_config_error(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_a_choice_is_checked_as_any_value_and_case_does_not_matter(
         (["--retention-bytes", "-1MiB"], "--retention-bytes -1MiB: must not be negative (0 means no bound)"),
         (["--top-kernels", "-3"], "--top-kernels -3: must be between 1 and 10000"),
         (["--top-kernels", "many"], "--top-kernels many: expected an integer"),
-        (["--period", "soon"], "--period soon: expected a duration such as 500ms, 10s, 2m, 1h"),
+        (["--period", "soon"], "--period soon: expected a duration such as 500ms, 10s, 2m, 1h, 1d"),
         (["--period", "500ms"], "--period 500ms: must be longer than the window (the default window 1s)"),
         (["--window", "2m"], "--window 2m: must be shorter than the period (the default period 60s)"),
     ],
@@ -99,7 +99,7 @@ def test_a_bad_environment_value_exits_2_naming_the_variable(
     monkeypatch.setenv("WARPWATCH_PERIOD", "10 parsecs")
     assert error_of(["run"], capsys) == (
         2,
-        "warpwatch: error: WARPWATCH_PERIOD='10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h",
+        "warpwatch: error: WARPWATCH_PERIOD='10 parsecs': expected a duration such as 500ms, 10s, 2m, 1h, 1d",
     )
 
 
@@ -139,7 +139,7 @@ def test_other_commands_take_values_that_start_with_a_minus(tmp_path: Path, caps
     )
     assert error_of(["evidence", "pull", "http://127.0.0.1:1", "--since", "soon", "-o", str(tmp_path)], capsys) == (
         2,
-        "warpwatch: error: --since 'soon': expected a duration such as 500ms, 10s, 2m, 1h; e.g. 30m or 2h",
+        "warpwatch: error: --since 'soon': expected a duration such as 500ms, 10s, 2m, 1h, 1d",
     )
 
 

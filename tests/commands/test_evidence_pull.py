@@ -58,6 +58,11 @@ def test_pull_copies_the_kept_traces_and_analyze_reads_them_as_they_are(tmp_path
         assert list((tmp_path / "none").iterdir()) == []
         pulled = run_cli("evidence", "pull", url, "--since", "1h", "-o", str(tmp_path / "pulled"))
         assert pulled.returncode == 0, pulled.stderr
+        day = run_cli("evidence", "pull", url, "--since", "1d", "-o", str(tmp_path / "day"))  # as evidence diff takes
+        assert day.returncode == 0, day.stderr
+        assert sorted(p.name for p in (tmp_path / "day").iterdir()) == sorted(
+            p.name for p in (tmp_path / "pulled").iterdir()
+        )
         denied = run_cli("evidence", "pull", f"http://{USER}:wrong@127.0.0.1:{agent.port}", "-o", str(tmp_path / "x"))
         assert denied.returncode == 1 and "HTTP 401" in denied.stderr
     finally:

@@ -45,6 +45,7 @@ from support.helm import (
 from warpwatch import __version__
 from warpwatch.capture.registry import PREFIXES
 from warpwatch.config.table import SETTINGS, SETTINGS_BY_NAME
+from warpwatch.config.units import parse_duration
 
 """`helm template` on a cluster with the Prometheus Operator (helm install asks the cluster)."""
 
@@ -116,6 +117,26 @@ def test_values_schema_types_follow_the_settings_kinds() -> None:
         assert s.env in prop["description"], s.name
     source_pattern = props["source"]["oneOf"][1]["items"]["pattern"]
     assert all(re.match(source_pattern, prefix) for prefix in PREFIXES)
+
+
+@pytest.mark.parametrize("text", ["500ms", "10s", "2m", "1h", "1d", "1.5", "30", "1e3s", "1x", "2w", "h", "1 h", "-1s"])
+def test_the_schemas_duration_pattern_takes_what_the_agent_takes(text: str) -> None:
+    props = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))["properties"]["warpwatch"][
+        "properties"
+    ]["config"]["properties"]
+    patterns = {
+        s.name: next(alt["pattern"] for alt in props[s.name]["oneOf"] if alt.get("type") == "string")
+        for s in SETTINGS
+        if s.kind == "duration"
+    }
+    assert patterns, "no duration setting in the table"
+    try:
+        parse_duration(text)
+        agent_takes = " " not in text  # the chart passes the value on as written; no spaces in a schema value
+    except ValueError:
+        agent_takes = False
+    for name, pattern in patterns.items():
+        assert bool(re.match(pattern, text)) == agent_takes, (name, pattern, text)
 
 
 def _schema_paths(schema: dict[str, Any], prefix: str = "") -> set[str]:

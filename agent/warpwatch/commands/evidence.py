@@ -26,8 +26,7 @@ from typing import Any
 
 from ..analysis.kerneldiff import diff_traces
 from ..config.table import DEFAULTS
-from ..config.units import parse_duration
-from ..errors import ConfigError, WarpwatchError
+from ..errors import WarpwatchError
 from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
 from .diff import add_output_flags, read_side, write_diff
 from .evidence_diff import heading, is_url, kept_in_folder, parse_since, pick_pair, summary
@@ -56,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--since",
         default="1h",
         metavar="DURATION",
-        help="only windows kept within this long before now, e.g. 30m, 2h (default 1h)",
+        help="only windows kept within this long before now, e.g. 30m, 2h, 1d (default 1h)",
     )
     pull.add_argument("-o", "--output", default=".", metavar="DIR", help="folder to write to (default: here)")
     pull.add_argument("--ca-file", metavar="FILE", help="CA certificate that signed the agent's TLS certificate")
@@ -87,10 +86,7 @@ def _register_diff(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    try:
-        since = parse_duration(args.since)
-    except ValueError as exc:
-        raise ConfigError(f"--since {args.since!r}: {exc}; e.g. 30m or 2h") from None
+    since = parse_since(args.since)
     agent = Agent(args.url, args.ca_file)
     listed = agent.get_json("/evidence")
     out = Path(args.output)
@@ -110,10 +106,7 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_evidence_diff(args: argparse.Namespace) -> int:
-    try:
-        after = time.time() - parse_since(args.since)
-    except WarpwatchError as exc:  # a bad value: the command line's exit status 2
-        raise ConfigError(str(exc)) from None
+    after = time.time() - parse_since(args.since)
     if not is_url(args.source):
         folder = Path(args.source)
         baseline, degraded = pick_pair(kept_in_folder(folder), after, args.source)

@@ -15,21 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from ..config.units import parse_duration
-from ..errors import WarpwatchError
+from ..errors import ConfigError, WarpwatchError
 from ..evidence.store import META_SUFFIX, TRACE_SUFFIX, is_id
-
-DAY_S = 86400.0
 
 
 def parse_since(text: str) -> float:
-    """`--since`: a duration as `evidence pull` takes it (30m, 2h), or days (`1d`), in seconds."""
-    stripped = text.strip()
+    """`--since` of both evidence commands (30m, 2h, 1d), in seconds; a bad value is the command
+    line's error (exit status 2)."""
     try:
-        if stripped.endswith("d"):
-            return float(stripped[:-1]) * DAY_S
-        return parse_duration(stripped)
-    except ValueError:
-        raise WarpwatchError(f"--since {text!r}: expected a duration such as 30m, 2h or 1d") from None
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"--since {text!r}: {exc}") from None
 
 
 def is_url(source: str) -> bool:

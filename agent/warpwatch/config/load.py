@@ -6,7 +6,7 @@ and its value (`--period -5s`), the environment variable (`WARPWATCH_PERIOD=-5s`
 and the file (`period: -5s (in /etc/warpwatch.yml)`).
 
 Value syntax:
-- durations: `500ms`, `10s`, `2m`, `1h`, or plain seconds (`1.5`);
+- durations: `500ms`, `10s`, `2m`, `1h`, `1d`, or plain seconds (`1.5`);
 - sizes: `512MiB`, `2GiB`, `10GB`, `4096` (bytes); binary (KiB, MiB, GiB, TiB) and decimal
   (kB, MB, GB, TB) units;
 - shares: `1%` or a fraction (`0.01`);

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKMGT]i?B|B)?\s*$")
 _SIZE_UNITS = {
     None: 1,
@@ -32,15 +32,15 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def parse_duration(value: object) -> float:
-    """`500ms`, `10s`, `2m`, `1h` or plain seconds -> seconds. Raises ValueError."""
+    """`500ms`, `10s`, `2m`, `1h`, `1d` or plain seconds -> seconds. Raises ValueError."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h")
+        raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h, 1d")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
         m = _DURATION.match(str(value))
         if m is None:
-            raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h")
+            raise ValueError("expected a duration such as 500ms, 10s, 2m, 1h, 1d")
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
     if not math.isfinite(seconds):
         raise ValueError("expected a finite duration")
