@@ -4,13 +4,14 @@ a window (`overhead.OverheadLedger`, fed by the vllm source as the service feeds
 what a non-streaming client lost around that window, and not far above it.
 
 The client is the test's own: four threads, each sending one non-streaming completion after the
-other, counting the tokens of each answer over the request's own span (sent to answered); its
-loss is the tokens it did not receive over the windows and the seconds after them, against its
-rate far from every window (the span before the first, and from `SETTLE_S` after each window's
-stop answered to the next start), in seconds of that rate. (Against its rate before the first
-window alone, one CI run read 18 s lost where the stops had stalled the engine about 32 s: a rate
-that moves by a quarter within a minute on this machine is not a reference from one span.) It
-shares nothing with the agent's reading of the server's counters. Every process runs as a
+other, its tokens spread over each request's own span (sent to answered). Its loss is what the
+benchmark measures (`benchmarks/overheadkit/timeline.py`, checked against a known truth in
+tests/test_overhead_timeline.py): per window, the tokens it did not receive from 2 s before the
+start to 5 s after the stop's answer, against its rate far from every window, in seconds of that
+rate. (Against its rate before the first window alone, one CI run read 18 s lost where the stops
+had stalled the engine about 32 s: a rate that moves by a quarter within a minute on this machine
+is not a reference from one span.) It shares nothing with the agent's reading of the server's
+counters. Every process runs as a
 sidecar's server does: the same priority and affinity for the API server, the engine, the client
 and the source (nothing is pinned or raised).
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import time
 import urllib.request
@@ -37,6 +39,10 @@ from support.vllmreal import ClosedLoop, VllmServer, serve
 from warpwatch.capture.registry import vllm_source
 from warpwatch.overhead import OverheadLedger
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from overheadkit.timeline import Work, far_rate, window_losses
+
 pytestmark = pytest.mark.slow
 
 WINDOWS = 3
@@ -44,11 +50,8 @@ WINDOW_S = 2.0
 BETWEEN_S = 8.0
 LEAD_S = 12.0
 """The client's rate before the first window: part of its reference."""
-SETTLE_S = 3.0
-"""From a stop's answer, the seconds until the client's rate is its own again (the requests the
-stall held have been answered: a request takes about 1 s here)."""
 AFTER_S = 6.0
-"""After the last window, still counted: a stall's tail (the queue refilling) lands here."""
+"""After the last window's 8 s, still part of the reference."""
 TOKENS = 32
 LOW = 0.85
 """The charge may fall this far below the client's loss (the client's reference rate, taken over
@@ -101,10 +104,10 @@ class WholeLoad(ClosedLoop):
                 self.errors.append(str(exc))
                 time.sleep(0.5)
 
-    def tokens(self, a: float, b: float) -> float:
-        """Tokens received in [a, b), each answer's spread evenly over its request's span (an
-        answer is not counted whole in the span it happened to arrive in)."""
-        return sum(n * max(0.0, min(b, t1) - max(a, t0)) / (t1 - t0) for t0, t1, n in list(self.answers) if t1 > t0)
+    def work(self) -> Work:
+        """The tokens received, each answer's spread evenly over its request's span (an answer is
+        not counted whole in the span it happened to arrive in)."""
+        return Work([(t0 + (k + 0.5) * (t1 - t0) / n, 1.0) for t0, t1, n in self.answers for k in range(n)])
 
 
 @pytest.mark.timeout(1200)
@@ -140,17 +143,17 @@ def test_the_charge_bounds_what_a_non_streaming_client_loses(server: VllmServer)
         time.sleep(AFTER_S)
     src.close()
     assert not load.errors, load.errors[:3]
-    first, end = starts[0], answered[-1] + BETWEEN_S + AFTER_S
-    quiet = [(first - LEAD_S, first)]
-    quiet += [(a + SETTLE_S, b) for a, b in zip(answered, [*starts[1:], end], strict=True)]
-    rate = sum(load.tokens(a, b) for a, b in quiet) / sum(b - a for a, b in quiet)
-    lost = [(b - a) - load.tokens(a, b) / rate for a, b in zip(starts, [*starts[1:], end], strict=True)]
+    work, spans = load.work(), list(zip(starts, answered, strict=True))
+    t0, t1 = starts[0] - LEAD_S, answered[-1] + BETWEEN_S + AFTER_S
+    rate = far_rate(work, spans, t0, t1) or 0.0
+    lost = [x.total for x in window_losses(work, spans, rate, t0, t1)] if rate > 0 else []
+    assert len(lost) == WINDOWS, (rate, lost)
     client_lost = sum(lost)
     # the ledger's figure after the last round is the mean over the rounds it pools (all of them)
     agent_lost = charged[-1] * WINDOWS
     print(
-        f"client: {rate:.1f} tokens/s far from the windows ({load.tokens(first - LEAD_S, first) / LEAD_S:.1f} "
-        f"before them), {client_lost:.1f} s lost over {WINDOWS} windows and the {BETWEEN_S:g} s after each "
+        f"client: {rate:.1f} tokens/s far from the windows ({work.between(t0, starts[0]) / LEAD_S:.1f} "
+        f"before them), {client_lost:.1f} s lost around {WINDOWS} windows "
         f"({[round(x, 2) for x in lost]}); agent: {agent_lost:.1f} s charged ({[round(c, 2) for c in charged]} "
         f"per window after each round); stops {[round(x, 2) for x in stops]} s"
     )
