@@ -108,6 +108,25 @@ def test_an_earlier_runs_files_are_claimed_once_complete_and_no_other(tmp_path: 
     assert counts == {"leftover": 2}
 
 
+def test_a_claimed_file_left_in_place_counts_once_and_what_is_gone_is_forgotten(tmp_path: Path) -> None:
+    # Without delete_processed a claimed file stays in the folder: later looks pass over it. Once
+    # it is gone the claim is forgotten, so a new file of that name is a new leftover (the record
+    # of a run's files is the folder's, not a list that grows with every file ever seen).
+    name = "warpwatch-0123abcd_rank0.1.pt.trace.json.gz"
+    clock, counts = PatientClock(), Counter[str]()
+    is_trace = VllmDialect(tmp_path).is_trace_name
+    left = Leftovers(
+        "vllm:x", tmp_path, "warpwatch-89abcdef", is_trace, delete=False, late_timeout_s=60, clock=clock, counts=counts
+    )
+    shutil.copy(ALEXNET, tmp_path / name)
+    assert [left.claim() for _ in range(4)] == [0, 1, 0, 0]  # first seen, complete, then passed over
+    (tmp_path / name).unlink()
+    assert left.claim() == 0
+    shutil.copy(ALEXNET, tmp_path / name)
+    assert [left.claim() for _ in range(3)] == [0, 1, 0]
+    assert counts == {"leftover": 2} and (tmp_path / name).exists()
+
+
 def test_files_written_before_this_run_began_are_claimed_at_the_first_look(tmp_path: Path) -> None:
     # An earlier run's session, finished 10 s before this run starts: its whole trace and its table
     # are claimed by the start itself; a trace left half-written as long is not whole, so it waits.

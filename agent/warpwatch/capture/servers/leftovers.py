@@ -92,9 +92,13 @@ class Leftovers:
             found = list_traces(self.trace_dir, lambda n: self.is_earlier(n) and not n.endswith(TEMP_SUFFIXES))
         except OSError:
             return 0
-        now = self._clock.now()
+        now, present = self._clock.now(), found.allowed()
+        for seen in (self._first_seen, self._others):  # forget what is gone: only the folder's files are kept
+            for gone in seen.keys() - present.keys():
+                del seen[gone]
+        self._claimed &= present.keys()
         claimed = []
-        for name, path in sorted(found.allowed().items()):
+        for name, path in sorted(present.items()):
             if name in self._claimed:
                 continue
             first = self._first_seen.setdefault(name, now)
