@@ -3,17 +3,17 @@ agent charges it and as an independent client loses it: the seconds of serving t
 a window (`overhead.OverheadLedger`, fed by the vllm source as the service feeds it) are at least
 what a non-streaming client lost around that window, and not far above it.
 
-The client is the test's own: four threads, each sending one non-streaming completion after the
-other, its tokens spread over each request's own span (sent to answered). Its loss is what the
-benchmark measures (`benchmarks/overheadkit/timeline.py`, checked against a known truth in
-tests/test_overhead_timeline.py): per window, the tokens it did not receive from 2 s before the
-start to 5 s after the stop's answer, against its rate far from every window, in seconds of that
-rate. (Against its rate before the first window alone, one CI run read 18 s lost where the stops
-had stalled the engine about 32 s: a rate that moves by a quarter within a minute on this machine
-is not a reference from one span.) It shares nothing with the agent's reading of the server's
-counters. Every process runs as a
-sidecar's server does: the same priority and affinity for the API server, the engine, the client
-and the source (nothing is pinned or raised).
+The client is the benchmark's non-streaming one (`overheadkit.load.StreamLoad`): four threads,
+each sending one completion after the other, its tokens spread over each request's own span (sent
+to answered). Its loss is what the benchmark measures (`benchmarks/overheadkit/timeline.py`,
+checked against a known truth in tests/test_overhead_timeline.py): per window, the tokens it did
+not receive from 2 s before the start to 5 s after the stop's answer, against its rate far from
+every window, in seconds of that rate. (Against its rate before the first window alone, one CI run
+read 18 s lost where the stops had stalled the engine about 32 s: a rate that moves by a quarter
+within a minute on this machine is not a reference from one span.) It shares nothing with the
+agent's reading of the server's counters. Every process runs as a sidecar's server does: the same
+priority and affinity for the API server, the engine, the client and the source (nothing is
+pinned or raised).
 
 The model is sized so that the engine, not the API server, limits what the clients receive, as on
 a GPU server (with the 2-layer model of the other tests the API server falls behind the engine on 2
@@ -24,23 +24,22 @@ windows resolve: `benchmarks/overhead.py`, with its intervals."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support.vllmreal import ClosedLoop, VllmServer, serve
+from support.vllmreal import VllmServer, serve
 from warpwatch.capture.registry import vllm_source
 from warpwatch.overhead import OverheadLedger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+from overheadkit.load import LoadShape, StreamLoad
 from overheadkit.timeline import Work, far_rate, window_losses
 
 pytestmark = pytest.mark.slow
@@ -56,7 +55,7 @@ TOKENS = 32
 LOW = 0.85
 """The charge may fall this far below the client's loss (the client's reference rate, taken over
 about 20 s far from the windows on a shared 2-core machine, moves by a few per cent; the loss is
-tens of seconds; seven runs read 0.91-1.01)."""
+tens of seconds; nine runs read 0.91-1.06)."""
 HIGH = 2.0
 """And at most this many times above it, plus a second (a bound, not a multiple of the truth)."""
 
@@ -78,37 +77,17 @@ def server() -> Iterator[VllmServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-class WholeLoad(ClosedLoop):
-    """`streams` threads of non-streaming completions of `TOKENS` tokens, closed loop; each answer's
-    (arrival, tokens)."""
-
-    def __init__(self, server: VllmServer, streams: int = 4) -> None:
-        super().__init__(streams)
-        self.url, self.model = server.url, str(server.model)
-        self.answers: list[tuple[float, float, int]] = []
-        """(sent, answered, tokens) of each request."""
-
-    def _run(self, stream: int) -> None:
-        body = {"model": self.model, "prompt": f"stream {stream} says", "max_tokens": TOKENS}
-        body |= {"min_tokens": TOKENS, "ignore_eos": True, "temperature": 0.0}
-        data = json.dumps(body).encode()
-        while not self._stop.is_set():
-            req = urllib.request.Request(
-                self.url + "/v1/completions", data=data, headers={"Content-Type": "application/json"}
-            )
-            sent = time.monotonic()
-            try:
-                with urllib.request.urlopen(req, timeout=300) as resp:
-                    tokens = int(json.load(resp)["usage"]["completion_tokens"])
-                self.answers.append((sent, time.monotonic(), tokens))
-            except (OSError, ValueError, KeyError) as exc:
-                self.errors.append(str(exc))
-                time.sleep(0.5)
-
-    def work(self) -> Work:
-        """The tokens received, each answer's spread evenly over its request's span (an answer is
-        not counted whole in the span it happened to arrive in)."""
-        return Work([(t0 + (k + 0.5) * (t1 - t0) / n, 1.0) for t0, t1, n in self.answers for k in range(n)])
+def received(load: StreamLoad) -> Work:
+    """The tokens the client received, each answer's spread evenly over its request's span (an
+    answer is not counted whole in the span it happened to arrive in)."""
+    return Work(
+        [
+            (r.sent + (k + 0.5) * (answered - r.sent) / n, 1.0)
+            for r in list(load.requests)
+            for answered, n in r.chunks
+            for k in range(n)
+        ]
+    )
 
 
 @pytest.mark.timeout(1200)
@@ -127,7 +106,10 @@ def test_the_charge_bounds_what_a_non_streaming_client_loses(server: VllmServer)
     starts: list[float] = []
     answered: list[float] = []
     stops: list[float] = []
-    with WholeLoad(server) as load:
+    # the benchmark's client, non-streaming: 4 streams of 32-token completions, closed loop
+    load = StreamLoad(server.url, str(server.model), LoadShape(output_tokens=TOKENS, stream=False))
+    load.start()
+    try:
         src.start()
         time.sleep(8.0 + LEAD_S)  # the load is steady, then the reference span
         for _ in range(WINDOWS):
@@ -142,9 +124,11 @@ def test_the_charge_bounds_what_a_non_streaming_client_loses(server: VllmServer)
             charged.append(ledger.lost() or 0.0)
             time.sleep(BETWEEN_S)
         time.sleep(AFTER_S)
+    finally:
+        load.stop()
     src.close()
-    assert not load.errors, load.errors[:3]
-    work, spans = load.work(), list(zip(starts, answered, strict=True))
+    assert load.errors() == 0, [r.error for r in load.requests if r.error][:3]
+    work, spans = received(load), list(zip(starts, answered, strict=True))
     t0, t1 = starts[0] - LEAD_S, answered[-1] + BETWEEN_S + AFTER_S
     rate = far_rate(work, spans, t0, t1) or 0.0
     lost = [x.total for x in window_losses(work, spans, rate, t0, t1)] if rate > 0 else []
